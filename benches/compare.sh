@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Load comparison on loopback: the same fast origin reached directly (D), through nginx proxy_pass
+# with an upstream keep-alive pool (N), through HAProxy (H) and through Concert with a cap that
+# never binds (C). Runs are interleaved (D N H C, D N H C, …) so drift hits all alike; the median
+# of the rounds is reported. Everything listens on 127.0.0.1 and every run is bounded in time.
+#
+#   bash benches/compare.sh            # defaults below
+#   ROUNDS=5 DURATION=10 CONNS=64 WORKERS="1 2" bash benches/compare.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-8}
+CONNS=${CONNS:-64}
+WORKERS=${WORKERS:-"1 2"}
+ORIGIN_PORT=${ORIGIN_PORT:-18080}
+NGINX_PORT=${NGINX_PORT:-18081}
+HAPROXY_PORT=${HAPROXY_PORT:-18082}
+CONCERT_PORT=${CONCERT_PORT:-18083}
+
+install_missing() {
+  local need=()
+  command -v wrk >/dev/null || need+=(wrk)
+  command -v nginx >/dev/null || need+=(nginx-light)
+  command -v haproxy >/dev/null || need+=(haproxy)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "installing ${need[*]} from Debian" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+}
+install_missing
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
+
+cargo build --release --locked --quiet
+CONCERT=target/release/concert
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# One CPU for the load generator and the origin, the other for the proxy under test (the machine
+# has two); with two workers the proxy may use both.
+cpus=$(nproc)
+pin_gen() { if [ "$cpus" -ge 2 ]; then taskset -c 1 "$@"; else "$@"; fi; }
+pin_proxy() { # $1 = workers
+  local workers=$1; shift
+  if [ "$cpus" -ge 2 ] && [ "$workers" = 1 ]; then taskset -c 0 "$@"; else "$@"; fi
+}
+
+nginx_conf() { # $1 = file, $2 = workers, $3 = body of the http block
+  cat >"$1" <<EOF
+worker_processes $2;
+daemon off;
+pid $work/nginx-$RANDOM.pid;
+error_log /dev/null crit;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
+  uwsgi_temp_path $work; scgi_temp_path $work;
+  keepalive_requests 1000000;
+  $3
+}
+EOF
+}
+
+start_origin() {
+  nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { return 200 'ok'; } }"
+  pin_gen "$NGINX" -c "$work/origin.conf" -p "$work" &
+  pids+=($!)
+}
+
+start_nginx() { # $1 = workers
+  nginx_conf "$work/nginx-$1.conf" "$1" "upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 256; }
+  server { listen 127.0.0.1:$NGINX_PORT;
+    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\";
+                 proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
+  pin_proxy "$1" "$NGINX" -c "$work/nginx-$1.conf" -p "$work" &
+  echo $!
+}
+
+start_haproxy() { # $1 = workers
+  cat >"$work/haproxy-$1.cfg" <<EOF
+global
+  nbthread $1
+  maxconn 20000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+  option forwardfor
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$HAPROXY_PORT
+  default_backend be
+backend be
+  server origin 127.0.0.1:$ORIGIN_PORT
+EOF
+  pin_proxy "$1" "$HAPROXY" -f "$work/haproxy-$1.cfg" -db &
+  echo $!
+}
+
+start_concert() { # $1 = workers
+  pin_proxy "$1" "$CONCERT" -listen "127.0.0.1:$CONCERT_PORT" -upstream "http://127.0.0.1:$ORIGIN_PORT" \
+    -cap 1000000 -max-queue 0 -access-log=false -data-dir "" -workers "$1" 2>/dev/null &
+  echo $!
+}
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "port $1 did not open" >&2
+  return 1
+}
+
+# Prints "requests_per_second p50_ms p99_ms errors" for one wrk run against port $1.
+measure() {
+  local out
+  out=$(pin_gen wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$1/bench" 2>&1)
+  local rps p50 p99 errors
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out" | tr '\n' ' ')
+  echo "$rps $(to_ms "$p50") $(to_ms "$p99") ${errors:-none}"
+}
+
+to_ms() { # wrk prints 1.23ms / 456.00us / 1.02s
+  local v=$1
+  case $v in
+    *us) awk -v x="${v%us}" 'BEGIN{printf "%.3f", x/1000}' ;;
+    *ms) awk -v x="${v%ms}" 'BEGIN{printf "%.3f", x}' ;;
+    *s) awk -v x="${v%s}" 'BEGIN{printf "%.3f", x*1000}' ;;
+    *) echo "$v" ;;
+  esac
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {if (NR==0) print "-"; else print a[int((NR+1)/2)]}'; }
+
+start_origin
+wait_port "$ORIGIN_PORT"
+echo "fast origin: nginx 'return 200' on 127.0.0.1:$ORIGIN_PORT; wrk -t1 -c$CONNS, ${DURATION}s per run, $ROUNDS rounds"
+echo
+
+for workers in $WORKERS; do
+  declare -A rps=() p50=() p99=() errs=()
+  pid_n=$(start_nginx "$workers"); pids+=("$pid_n")
+  pid_h=$(start_haproxy "$workers"); pids+=("$pid_h")
+  pid_c=$(start_concert "$workers"); pids+=("$pid_c")
+  wait_port "$NGINX_PORT"; wait_port "$HAPROXY_PORT"; wait_port "$CONCERT_PORT"
+  for target in D N H C; do pin_gen wrk -t1 -c"$CONNS" -d1s "http://127.0.0.1:$ORIGIN_PORT/" >/dev/null 2>&1; done
+  for round in $(seq 1 "$ROUNDS"); do
+    for target in D N H C; do
+      case $target in
+        D) port=$ORIGIN_PORT ;; N) port=$NGINX_PORT ;; H) port=$HAPROXY_PORT ;; C) port=$CONCERT_PORT ;;
+      esac
+      read -r r a b e <<<"$(measure "$port")"
+      rps[$target]+="$r "; p50[$target]+="$a "; p99[$target]+="$b "
+      [ "$e" = none ] || errs[$target]+="round $round: $e; "
+    done
+  done
+  echo "== $workers worker thread(s) per proxy =="
+  printf "%-22s %12s %10s %10s\n" target "req/s" "p50 ms" "p99 ms"
+  for target in D N H C; do
+    case $target in
+      D) name="direct (origin)" ;; N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
+    esac
+    printf "%-22s %12s %10s %10s\n" "$name" \
+      "$(tr ' ' '\n' <<<"${rps[$target]}" | grep . | median)" \
+      "$(tr ' ' '\n' <<<"${p50[$target]}" | grep . | median)" \
+      "$(tr ' ' '\n' <<<"${p99[$target]}" | grep . | median)"
+    [ -z "${errs[$target]:-}" ] || echo "   errors: ${errs[$target]}"
+  done
+  echo
+  kill "$pid_n" "$pid_h" "$pid_c" 2>/dev/null || true
+  wait "$pid_n" "$pid_h" "$pid_c" 2>/dev/null || true
+  unset rps p50 p99 errs
+done

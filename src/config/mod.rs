@@ -1,0 +1,542 @@
+//! Configuration: every setting of Concert, where its value comes from (flag > `CONCERT_*` env >
+//! default, with settings.json layered on top by the caller through [`Config::set_json`]), the
+//! per-value and whole-config rules, and the path-list machinery the request path uses.
+//!
+//! Start-up flow: [`load`] (argv + env, per-value checks) → apply settings.json with
+//! [`Config::set_json`] → [`Config::validate`].
+
+pub mod cidr;
+pub mod duration;
+pub mod flags;
+pub mod hosts;
+pub mod paths;
+pub mod table;
+pub mod validate;
+mod value;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+pub use cidr::CidrList;
+pub use duration::{format_go_duration, parse_go_duration};
+pub use hosts::HostList;
+pub use paths::{
+    BanPathMatcher, PathList, PathRejection, PathRule, RouteKind, RouteTable,
+    normalize_request_path,
+};
+pub use table::{Kind, ListKind, MAX_I32, SETTINGS, SettingDef, setting};
+
+use flags::FlagParse;
+use value::TextOrigin;
+
+/// Default data directory.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/concert/data";
+/// Room default used when `token_ttl` or `reaper` is 0.
+pub const ROOM_DEFAULT_TTL: Duration = Duration::from_secs(300);
+
+/// Where a setting's current value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    File,
+    Flag,
+    Env,
+    Default,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::File => "file",
+            Source::Flag => "flag",
+            Source::Env => "env",
+            Source::Default => "default",
+        }
+    }
+}
+
+/// Process log format (`-log-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+/// Environment lookup, injectable so tests never touch the process environment.
+pub trait EnvSource {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The real process environment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcessEnv;
+
+impl EnvSource for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl EnvSource for HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned()
+    }
+}
+
+/// A configuration problem, ready to print as one line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// Unknown flag or malformed command line; the message includes clap's usage hint.
+    #[error("{0}")]
+    Usage(String),
+    /// A bad value or an inconsistent configuration.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ConfigError {
+    /// Exit status: 2 for usage errors (as Go's flag package), 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ConfigError::Usage(_) => 2,
+            ConfigError::Invalid(_) => 1,
+        }
+    }
+}
+
+/// Outcome of reading the command line.
+#[derive(Debug)]
+pub enum Loaded {
+    Run(Box<Config>),
+    /// `-version` was given; print it and exit 0 before any validation.
+    Version,
+    /// `-h`/`-help`/`--help`: the usage text to print, exit 0.
+    Help(String),
+}
+
+/// Every setting, typed. Field names are the settings-file keys.
+#[derive(Clone)]
+pub struct Config {
+    // Room
+    pub cap: u32,
+    pub max_queue: u64,
+    pub token_ttl: Duration,
+    pub first_poll_grace: Duration,
+    pub reaper: Duration,
+    pub retry_after: u32,
+    pub api_json: bool,
+    pub html: String,
+    // Skip the line
+    pub fastlane_config: String,
+    pub networks_config: String,
+    pub fastlane_entry_ttl: Duration,
+    pub rate: f64,
+    pub surge: f64,
+    pub skip_url: String,
+    pub pass_duration: Duration,
+    // Priority
+    pub priority_cap: u32,
+    pub priority_lane_rank: u32,
+    pub priority_wait: Duration,
+    pub priority_forms: bool,
+    // Origin
+    pub listen: String,
+    pub upstream: String,
+    pub upstream_timeout: Duration,
+    pub preserve_host: bool,
+    pub trusted_proxies: CidrList,
+    pub access_log: bool,
+    // Cookies
+    pub secure_cookie: bool,
+    pub cookie_path: String,
+    pub cookie_domain: String,
+    // Paths
+    pub bypass: PathList,
+    pub ban_paths: PathList,
+    // Assets
+    pub assets: PathList,
+    pub asset_public: PathList,
+    pub asset_cap: u32,
+    pub asset_wait: Duration,
+    pub asset_user_cap_h1: u32,
+    pub asset_user_cap_h2: u32,
+    pub asset_user_wait: Duration,
+    pub admit_ttl: Duration,
+    pub client_proto_header: String,
+    // Streams
+    pub stream_paths: PathList,
+    pub stream_cap: u32,
+    // Abuse
+    pub abuse: bool,
+    pub abuse_strikes: u32,
+    pub abuse_window: Duration,
+    pub abuse_cooldown: Duration,
+    pub abuse_max_cooldown: Duration,
+    pub abuse_max_entries: u32,
+    pub abuse_allow: CidrList,
+    // Let's Encrypt
+    pub tls_domains: HostList,
+    pub tls_email: String,
+    pub tls_cache: String,
+    pub tls_staging: bool,
+    // Portal
+    pub portal_listen: String,
+    pub portal_allow: CidrList,
+    pub portal_session_ttl: Duration,
+    pub portal_secure_cookie: bool,
+    pub history_log: String,
+    // Outside the settings table (restart only, never in settings.json)
+    /// `-data-dir`; empty disables persistence.
+    pub data_dir: String,
+    /// `CONCERT_ADMIN_TOKEN`; empty disables the admin ops routes.
+    pub admin_token: String,
+    /// `CONCERT_ADMIT_SECRET`; `validate` fills it with random bytes when unset.
+    pub admit_secret: Option<Vec<u8>>,
+    pub admit_secret_generated: bool,
+    /// `CONCERT_PORTAL_PASS`; empty means no portal and no history.
+    pub portal_pass: String,
+    /// `-demo`: run a built-in demo origin.
+    pub demo: bool,
+    pub log_format: LogFormat,
+    /// `-workers`; 0 = one per core.
+    pub workers: usize,
+    /// Source of each row of `SETTINGS`, by index.
+    sources: Vec<Source>,
+}
+
+impl Default for Config {
+    /// The built-in defaults, before any flag or env var.
+    fn default() -> Self {
+        let loopback = CidrList::parse("127.0.0.1/32,::1/128").unwrap_or_default();
+        Config {
+            cap: 434,
+            max_queue: 369,
+            token_ttl: Duration::ZERO,
+            first_poll_grace: Duration::from_secs(30),
+            reaper: Duration::from_secs(36),
+            retry_after: 5,
+            api_json: true,
+            html: String::new(),
+            fastlane_config: String::new(),
+            networks_config: String::new(),
+            fastlane_entry_ttl: Duration::from_secs(300),
+            rate: 0.0,
+            surge: 0.0,
+            skip_url: String::new(),
+            pass_duration: Duration::ZERO,
+            priority_cap: 0,
+            priority_lane_rank: 3,
+            priority_wait: Duration::from_secs(5),
+            priority_forms: true,
+            listen: ":8080".to_string(),
+            upstream: "http://127.0.0.1:3000".to_string(),
+            upstream_timeout: Duration::from_secs(30),
+            preserve_host: true,
+            trusted_proxies: loopback.clone(),
+            access_log: true,
+            secure_cookie: false,
+            cookie_path: "/".to_string(),
+            cookie_domain: String::new(),
+            bypass: PathList::parse_strict("/favicon.ico").unwrap_or_default(),
+            ban_paths: PathList::default(),
+            assets: PathList::default(),
+            asset_public: PathList::default(),
+            asset_cap: 0,
+            asset_wait: Duration::from_secs(2),
+            asset_user_cap_h1: 8,
+            asset_user_cap_h2: 128,
+            asset_user_wait: Duration::from_secs(2),
+            admit_ttl: Duration::from_secs(600),
+            client_proto_header: String::new(),
+            stream_paths: PathList::default(),
+            stream_cap: 1000,
+            abuse: true,
+            abuse_strikes: 20,
+            abuse_window: Duration::from_secs(60),
+            abuse_cooldown: Duration::from_secs(300),
+            abuse_max_cooldown: Duration::from_secs(86_400),
+            abuse_max_entries: 100_000,
+            abuse_allow: CidrList::default(),
+            tls_domains: HostList::default(),
+            tls_email: String::new(),
+            tls_cache: "/var/lib/concert/acme".to_string(),
+            tls_staging: false,
+            portal_listen: "127.0.0.1:8081".to_string(),
+            portal_allow: loopback,
+            portal_session_ttl: Duration::from_secs(8 * 3600),
+            portal_secure_cookie: false,
+            history_log: String::new(),
+            data_dir: DEFAULT_DATA_DIR.to_string(),
+            admin_token: String::new(),
+            admit_secret: None,
+            admit_secret_generated: false,
+            portal_pass: String::new(),
+            demo: false,
+            log_format: LogFormat::Text,
+            workers: 0,
+            sources: vec![Source::Default; SETTINGS.len()],
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    /// Lists every setting; secrets are shown only as set or unset.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = |set: bool| if set { "<set>" } else { "<unset>" };
+        let mut out = f.debug_struct("Config");
+        for def in SETTINGS {
+            out.field(def.key, &value::to_text((def.get)(self)));
+        }
+        out.field("data_dir", &self.data_dir)
+            .field("admin_token", &redacted(!self.admin_token.is_empty()))
+            .field("admit_secret", &redacted(self.admit_secret.is_some()))
+            .field("admit_secret_generated", &self.admit_secret_generated)
+            .field("portal_pass", &redacted(!self.portal_pass.is_empty()))
+            .field("demo", &self.demo)
+            .field("log_format", &self.log_format)
+            .field("workers", &self.workers)
+            .finish()
+    }
+}
+
+impl Config {
+    /// Where the value of `key` came from (`Default` for unknown keys).
+    pub fn source(&self, key: &str) -> Source {
+        setting(key)
+            .and_then(|(index, _)| self.sources.get(index).copied())
+            .unwrap_or(Source::Default)
+    }
+
+    /// Applies one settings.json / API value: unknown and restart-only keys are refused, the
+    /// JSON type must match (no coercion), then the per-value check runs. On error nothing
+    /// changes. On success the key's source becomes `File`.
+    pub fn set_json(&mut self, key: &str, value: &serde_json::Value) -> Result<(), String> {
+        let (index, def) = setting(key).ok_or_else(|| format!("unknown setting {key:?}"))?;
+        if def.restart {
+            return Err(format!(
+                "{key} cannot be changed while running: set {} in concert.env and restart",
+                def.env
+            ));
+        }
+        let parsed = value::parse_json(def, value)
+            .and_then(|parsed| value::check_parsed(def, &parsed).map(|()| parsed))
+            .map_err(|reason| format!("invalid value {value} for {key}: {reason}"))?;
+        value::store((def.get_mut)(self), parsed)?;
+        if let Some(source) = self.sources.get_mut(index) {
+            *source = Source::File;
+        }
+        Ok(())
+    }
+
+    /// Restores `key` (value and source) from `baseline`, the config as it was before the
+    /// settings file was applied.
+    pub fn reset_from(&mut self, key: &str, baseline: &Config) -> Result<(), String> {
+        let (index, def) = setting(key).ok_or_else(|| format!("unknown setting {key:?}"))?;
+        value::copy((def.get_mut)(self), (def.get)(baseline))?;
+        if let Some(source) = self.sources.get_mut(index) {
+            *source = baseline.source(key);
+        }
+        Ok(())
+    }
+
+    /// The value of `key` in its settings.json / view form (durations as Go strings).
+    pub fn value_json(&self, key: &str) -> Option<serde_json::Value> {
+        setting(key).map(|(_, def)| value::to_json((def.get)(self)))
+    }
+
+    /// The value of `key` as a flag would take it.
+    pub fn value_text(&self, key: &str) -> Option<String> {
+        setting(key).map(|(_, def)| value::to_text((def.get)(self)))
+    }
+
+    /// Whole-config validation (02 §2). Clamps `retry_after` to at least 1 and generates the
+    /// admission secret when it is unset.
+    pub fn validate(&mut self) -> Result<(), ConfigError> {
+        validate::validate(self).map_err(ConfigError::Invalid)
+    }
+
+    /// Ticket lifetime given to the room (0 → 5m).
+    pub fn effective_token_ttl(&self) -> Duration {
+        non_zero_or(self.token_ttl, ROOM_DEFAULT_TTL)
+    }
+
+    /// Reaper interval given to the room (0 → 5m).
+    pub fn effective_reaper(&self) -> Duration {
+        non_zero_or(self.reaper, ROOM_DEFAULT_TTL)
+    }
+
+    /// Global asset limit: `asset_cap`, or cap × HTTP/2 per-visitor limit clamped to MaxI32.
+    pub fn effective_asset_cap(&self) -> u32 {
+        if self.asset_cap > 0 {
+            return self.asset_cap;
+        }
+        let derived = u64::from(self.cap) * u64::from(self.asset_user_cap_h2);
+        u32::try_from(derived.min(MAX_I32)).unwrap_or(i32::MAX as u32)
+    }
+
+    /// Priority lane size: `priority_cap`, or a quarter of the capacity (at least 1).
+    pub fn effective_priority_cap(&self) -> u32 {
+        if self.priority_cap > 0 {
+            self.priority_cap
+        } else {
+            (self.cap / 4).max(1)
+        }
+    }
+
+    /// Retry-After seconds (at least 1).
+    pub fn effective_retry_after(&self) -> u32 {
+        self.retry_after.max(1)
+    }
+
+    /// The origin URL, parsed. Always `Ok` after a successful `validate`.
+    pub fn upstream_uri(&self) -> Result<http::Uri, String> {
+        value::check_upstream(&self.upstream)
+            .map_err(|reason| format!("invalid value {:?} for -upstream: {reason}", self.upstream))
+    }
+
+    /// True when the portal gets a listener: a pass and an address are both set.
+    pub fn portal_listens(&self) -> bool {
+        !self.portal_pass.is_empty() && !self.portal_listen.is_empty()
+    }
+
+    /// The compiled route lists (bypass, assets, public assets, streams).
+    pub fn route_table(&self) -> Result<RouteTable, String> {
+        RouteTable::build(
+            &self.bypass,
+            &self.assets,
+            &self.asset_public,
+            &self.stream_paths,
+        )
+    }
+
+    pub fn ban_path_matcher(&self) -> BanPathMatcher {
+        BanPathMatcher::new(&self.ban_paths)
+    }
+}
+
+fn non_zero_or(value: Duration, fallback: Duration) -> Duration {
+    if value.is_zero() { fallback } else { value }
+}
+
+/// An env value, treating unset and blank alike (as the original did).
+fn env_value(env: &dyn EnvSource, name: &str) -> Option<String> {
+    env.var(name).filter(|value| !value.trim().is_empty())
+}
+
+fn invalid(value: &str, name: &str, reason: &str) -> ConfigError {
+    ConfigError::Invalid(format!("invalid value {value:?} for {name}: {reason}"))
+}
+
+/// Reads the command line (without argv[0]) and the environment. Applies per-value checks to
+/// every given value; whole-config rules wait for [`Config::validate`], after settings.json.
+pub fn load(args: &[String], env: &dyn EnvSource) -> Result<Loaded, ConfigError> {
+    let flags = match flags::parse_flags(args)? {
+        FlagParse::Help => return Ok(Loaded::Help(flags::usage())),
+        FlagParse::Values(values) => values,
+    };
+    if let Some(text) = flags.get("version") {
+        let wanted =
+            value::parse_go_bool(text).map_err(|reason| invalid(text, "-version", &reason))?;
+        if wanted {
+            return Ok(Loaded::Version);
+        }
+    }
+    let mut config = Config::default();
+    for (index, def) in SETTINGS.iter().enumerate() {
+        let (text, origin, name, source) = match flags.get(def.flag_name()) {
+            Some(text) => (text.clone(), TextOrigin::Flag, def.flag, Source::Flag),
+            None => match env_value(env, def.env) {
+                Some(text) => (text, TextOrigin::Env, def.env, Source::Env),
+                None => continue,
+            },
+        };
+        let parsed = value::parse_text(def, &text, origin)
+            .and_then(|parsed| value::check_parsed(def, &parsed).map(|()| parsed))
+            .map_err(|reason| invalid(&text, name, &reason))?;
+        value::store((def.get_mut)(&mut config), parsed).map_err(ConfigError::Invalid)?;
+        config.sources[index] = source;
+    }
+    load_extras(&mut config, &flags, env)?;
+    load_secrets(&mut config, env);
+    Ok(Loaded::Run(Box::new(config)))
+}
+
+/// The flag's value, else the env var's (non-blank), with the name to use in messages.
+fn flag_or_env(
+    flags: &HashMap<String, String>,
+    env: &dyn EnvSource,
+    flag: &'static str,
+    env_name: &'static str,
+) -> Option<(String, String)> {
+    match flags.get(flag) {
+        Some(text) => Some((text.clone(), format!("-{flag}"))),
+        None => env_value(env, env_name).map(|text| (text, env_name.to_string())),
+    }
+}
+
+fn load_extras(
+    config: &mut Config,
+    flags: &HashMap<String, String>,
+    env: &dyn EnvSource,
+) -> Result<(), ConfigError> {
+    // An explicitly empty CONCERT_DATA_DIR disables persistence, so it is not treated as unset.
+    config.data_dir = match flags.get("data-dir") {
+        Some(text) => text.clone(),
+        None => env
+            .var("CONCERT_DATA_DIR")
+            .unwrap_or_else(|| DEFAULT_DATA_DIR.to_string()),
+    };
+    if let Some((text, name)) = flag_or_env(flags, env, "demo", "CONCERT_DEMO") {
+        config.demo =
+            value::parse_go_bool(text.trim()).map_err(|reason| invalid(&text, &name, &reason))?;
+    }
+    if let Some((text, name)) = flag_or_env(flags, env, "log-format", "CONCERT_LOG_FORMAT") {
+        config.log_format = match text.trim() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            _ => return Err(invalid(&text, &name, "must be text or json")),
+        };
+    }
+    let max_workers = validate::MAX_WORKERS;
+    config.workers = match flag_or_env(flags, env, "workers", "CONCERT_WORKERS") {
+        Some((text, name)) => text
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|workers| *workers <= max_workers)
+            .ok_or_else(|| {
+                invalid(
+                    &text,
+                    &name,
+                    &format!("must be a whole number between 0 and {max_workers}"),
+                )
+            })?,
+        // Tokio's own variable is honoured when ours is absent; it is not ours to reject.
+        None => env
+            .var("TOKIO_WORKER_THREADS")
+            .and_then(|text| text.trim().parse::<usize>().ok())
+            .filter(|workers| (1..=max_workers).contains(workers))
+            .unwrap_or(0),
+    };
+    Ok(())
+}
+
+fn load_secrets(config: &mut Config, env: &dyn EnvSource) {
+    config.admin_token = env_value(env, "CONCERT_ADMIN_TOKEN").unwrap_or_default();
+    config.admit_secret = env_value(env, "CONCERT_ADMIT_SECRET").map(String::into_bytes);
+    config.admit_secret_generated = false;
+    config.portal_pass = env_value(env, "CONCERT_PORTAL_PASS").unwrap_or_default();
+}
+
+#[cfg(test)]
+mod tests;

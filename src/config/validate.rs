@@ -1,0 +1,213 @@
+//! Whole-config validation (02 §2): the cross-setting rules, run at start and on every runtime
+//! change, in the original's order, followed by every row's per-value check so a config built
+//! or edited in code meets the same rules as one read from flags or files.
+
+use std::time::Duration;
+
+use super::Config;
+use super::duration::format_go_duration;
+use super::paths::check_path_lists;
+use super::table::{SETTINGS, setting};
+use super::value::{check_value, to_text};
+
+/// Minimum admission secret length in bytes.
+pub const MIN_ADMIT_SECRET_LEN: usize = 32;
+/// Minimum portal pass length in bytes, enforced when the portal listens.
+pub const MIN_PORTAL_PASS_LEN: usize = 16;
+
+/// Runs one row's per-value check against the config's current value.
+fn check_key(config: &Config, key: &str) -> Result<(), String> {
+    let Some((_, def)) = setting(key) else {
+        return Err(format!("internal error: unknown setting {key:?}"));
+    };
+    let value = (def.get)(config);
+    check_value(def, value).map_err(|reason| {
+        format!(
+            "invalid value {:?} for {}: {reason}",
+            to_text(value),
+            def.flag
+        )
+    })
+}
+
+fn check_keys(config: &Config, keys: &[&str]) -> Result<(), String> {
+    keys.iter().try_for_each(|key| check_key(config, key))
+}
+
+pub(super) fn validate(config: &mut Config) -> Result<(), String> {
+    check_key(config, "upstream")?;
+    check_key(config, "cap")?;
+    if config.retry_after < 1 {
+        config.retry_after = 1;
+    }
+    check_first_poll_grace(config)?;
+    check_keys(
+        config,
+        &[
+            "asset_cap",
+            "asset_user_cap_h1",
+            "asset_user_cap_h2",
+            "asset_wait",
+            "asset_user_wait",
+            "admit_ttl",
+            "stream_cap",
+        ],
+    )?;
+    check_keys(
+        config,
+        &["priority_cap", "priority_wait", "priority_lane_rank"],
+    )?;
+    check_tls(config)?;
+    check_admit_secret(config)?;
+    check_abuse(config)?;
+    check_portal(config)?;
+    check_path_lists(
+        &[
+            ("-bypass", &config.bypass),
+            ("-assets", &config.assets),
+            ("-asset-public", &config.asset_public),
+            ("-stream-paths", &config.stream_paths),
+        ],
+        Some(("-ban-paths", &config.ban_paths)),
+    )?;
+    check_html(config)?;
+    for def in SETTINGS {
+        check_key(config, def.key)?;
+    }
+    check_workers(config)
+}
+
+fn check_first_poll_grace(config: &Config) -> Result<(), String> {
+    check_key(config, "first_poll_grace")?;
+    let grace = config.first_poll_grace;
+    let minimum = Duration::from_secs(2 * u64::from(config.retry_after));
+    if !grace.is_zero() && grace < minimum {
+        return Err(format!(
+            "invalid value {:?} for -first-poll-grace: must be 0 or at least twice -retry-after ({})",
+            format_go_duration(grace),
+            format_go_duration(minimum)
+        ));
+    }
+    Ok(())
+}
+
+fn check_tls(config: &Config) -> Result<(), String> {
+    if config.tls_domains.is_empty() {
+        return Ok(());
+    }
+    if config.tls_cache.trim().is_empty() {
+        return Err("-tls-cache must name a directory when -tls-domains is set".to_string());
+    }
+    let email = config.tls_email.trim();
+    if !email.is_empty() && !email.contains('@') {
+        return Err(format!(
+            "invalid value {:?} for -tls-email: must be an e-mail address",
+            config.tls_email
+        ));
+    }
+    Ok(())
+}
+
+fn check_admit_secret(config: &mut Config) -> Result<(), String> {
+    match &config.admit_secret {
+        Some(secret) if secret.len() < MIN_ADMIT_SECRET_LEN => Err(format!(
+            "CONCERT_ADMIT_SECRET must be at least {MIN_ADMIT_SECRET_LEN} bytes (it has {})",
+            secret.len()
+        )),
+        Some(_) => Ok(()),
+        None => {
+            config.admit_secret = Some(rand::random::<[u8; MIN_ADMIT_SECRET_LEN]>().to_vec());
+            config.admit_secret_generated = true;
+            Ok(())
+        }
+    }
+}
+
+fn check_abuse(config: &Config) -> Result<(), String> {
+    if !config.abuse {
+        if !config.ban_paths.is_empty() {
+            return Err("-ban-paths requires -abuse".to_string());
+        }
+        return Ok(());
+    }
+    if config.abuse_strikes < 1 {
+        return Err(format!(
+            "invalid value \"{}\" for -abuse-strikes: must be at least 1",
+            config.abuse_strikes
+        ));
+    }
+    for (flag, value) in [
+        ("-abuse-window", config.abuse_window),
+        ("-abuse-cooldown", config.abuse_cooldown),
+    ] {
+        if value.is_zero() {
+            return Err(format!(
+                "invalid value \"{}\" for {flag}: must be more than 0s",
+                format_go_duration(value)
+            ));
+        }
+    }
+    if config.abuse_max_cooldown < config.abuse_cooldown {
+        return Err(format!(
+            "invalid value \"{}\" for -abuse-max-cooldown: must be at least -abuse-cooldown ({})",
+            format_go_duration(config.abuse_max_cooldown),
+            format_go_duration(config.abuse_cooldown)
+        ));
+    }
+    if config.abuse_max_entries < 1 {
+        return Err(format!(
+            "invalid value \"{}\" for -abuse-max-entries: must be at least 1",
+            config.abuse_max_entries
+        ));
+    }
+    Ok(())
+}
+
+fn check_portal(config: &Config) -> Result<(), String> {
+    if !config.portal_listens() {
+        return Ok(());
+    }
+    if config.portal_allow.is_empty() {
+        return Err(
+            "-portal-allow must list at least one address while the portal listens".to_string(),
+        );
+    }
+    if config.portal_pass.len() < MIN_PORTAL_PASS_LEN {
+        return Err(format!(
+            "CONCERT_PORTAL_PASS must be at least {MIN_PORTAL_PASS_LEN} bytes while the portal listens (it has {})",
+            config.portal_pass.len()
+        ));
+    }
+    check_key(config, "portal_session_ttl")
+}
+
+fn check_html(config: &Config) -> Result<(), String> {
+    if config.html.is_empty() {
+        return Ok(());
+    }
+    let readable = std::fs::File::open(&config.html)
+        .and_then(|file| file.metadata())
+        .map_err(|error| error.to_string())
+        .and_then(|meta| {
+            if meta.is_file() {
+                Ok(())
+            } else {
+                Err("not a regular file".to_string())
+            }
+        });
+    readable.map_err(|reason| format!("-html {:?} cannot be read: {reason}", config.html))
+}
+
+/// Upper bound on runtime worker threads; far above any sensible setting, low enough that a
+/// typo does not try to start millions of threads.
+pub const MAX_WORKERS: usize = 1024;
+
+fn check_workers(config: &Config) -> Result<(), String> {
+    if config.workers > MAX_WORKERS {
+        return Err(format!(
+            "invalid value \"{}\" for -workers: must be between 0 and {MAX_WORKERS}",
+            config.workers
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! Reading request cookies without allocating, and building Concert's own `Set-Cookie` headers.
+//!
+//! Every cookie Concert sets shares one attribute set (path, domain, Secure) derived from the
+//! configuration, so the attribute tail is rendered once per generation, not per response.
+
+use http::{HeaderMap, HeaderValue, header::COOKIE};
+
+/// Value of the first cookie called `name` across all `Cookie` headers, borrowed from the request.
+///
+/// Pairs that do not parse are skipped rather than failing the whole header, so one odd cookie set
+/// by the origin cannot hide ours.
+pub fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|line| line.split(';'))
+        .find_map(|pair| {
+            let (key, value) = pair.split_once('=')?;
+            if key.trim() == name {
+                Some(value.trim().trim_matches('"'))
+            } else {
+                None
+            }
+        })
+}
+
+/// Whether the request carried a cookie called `name` at all (even an empty one).
+pub fn has_cookie(headers: &HeaderMap, name: &str) -> bool {
+    read_cookie(headers, name).is_some()
+}
+
+/// The attributes shared by every cookie Concert sets.
+#[derive(Clone, Debug)]
+pub struct CookieAttrs {
+    /// `; Path=/; Domain=…` — rendered once.
+    scope: String,
+    secure: bool,
+}
+
+impl CookieAttrs {
+    pub fn new(path: &str, domain: &str, secure: bool) -> Self {
+        let path = if path.trim().is_empty() {
+            "/"
+        } else {
+            path.trim()
+        };
+        let mut scope = format!("; Path={path}");
+        let domain = domain.trim();
+        if !domain.is_empty() {
+            scope.push_str("; Domain=");
+            scope.push_str(domain);
+        }
+        CookieAttrs { scope, secure }
+    }
+
+    /// `name=value` with Concert's attributes, `Max-Age` in seconds and SameSite=Lax.
+    ///
+    /// `force_secure` adds `Secure` for requests that arrived over Concert's own TLS even when
+    /// `-secure-cookie` is off.
+    pub fn set(
+        &self,
+        name: &str,
+        value: &str,
+        max_age_secs: u64,
+        http_only: bool,
+        force_secure: bool,
+    ) -> HeaderValue {
+        let mut line = String::with_capacity(name.len() + value.len() + self.scope.len() + 64);
+        line.push_str(name);
+        line.push('=');
+        line.push_str(value);
+        line.push_str(&self.scope);
+        line.push_str("; Max-Age=");
+        line.push_str(itoa::Buffer::new().format(max_age_secs));
+        if http_only {
+            line.push_str("; HttpOnly");
+        }
+        if self.secure || force_secure {
+            line.push_str("; Secure");
+        }
+        line.push_str("; SameSite=Lax");
+        // Names and values are ours (hex tokens, digits) and attributes were validated at start-up;
+        // an unexpected byte degrades to a harmless empty header instead of a panic.
+        HeaderValue::from_str(&line).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    /// A header that deletes cookie `name` (empty value, `Max-Age=0`).
+    pub fn clear(&self, name: &str, force_secure: bool) -> HeaderValue {
+        self.set(name, "", 0, true, force_secure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(lines: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for line in lines {
+            map.append(COOKIE, HeaderValue::from_str(line).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn finds_a_cookie_among_several_headers() {
+        let map = headers(&["a=1; room_ticket=abc", "b=2"]);
+        assert_eq!(read_cookie(&map, "room_ticket"), Some("abc"));
+        assert_eq!(read_cookie(&map, "b"), Some("2"));
+        assert_eq!(read_cookie(&map, "missing"), None);
+    }
+
+    #[test]
+    fn tolerates_malformed_pairs_and_quotes() {
+        let map = headers(&["garbage; ; =x; room_ticket=\"q\""]);
+        assert_eq!(read_cookie(&map, "room_ticket"), Some("q"));
+        assert!(has_cookie(&headers(&["room_ticket="]), "room_ticket"));
+    }
+
+    #[test]
+    fn renders_attributes_once_and_in_order() {
+        let attrs = CookieAttrs::new("", "example.com", false);
+        let line = attrs.set("room_ticket", "tok", 300, true, false);
+        assert_eq!(
+            line.to_str().unwrap(),
+            "room_ticket=tok; Path=/; Domain=example.com; Max-Age=300; HttpOnly; SameSite=Lax"
+        );
+        let secure = CookieAttrs::new("/shop", "", true).set("room_probe", "1", 5, false, false);
+        assert_eq!(
+            secure.to_str().unwrap(),
+            "room_probe=1; Path=/shop; Max-Age=5; Secure; SameSite=Lax"
+        );
+        let cleared = CookieAttrs::new("/", "", false).clear("room_ticket", true);
+        assert_eq!(
+            cleared.to_str().unwrap(),
+            "room_ticket=; Path=/; Max-Age=0; HttpOnly; Secure; SameSite=Lax"
+        );
+    }
+}

@@ -1,0 +1,410 @@
+//! Concert: a FIFO waiting-room reverse proxy.
+//!
+//! The library holds everything; `main.rs` only parses the configuration and calls [`run`].
+//! [`App`] is the assembled state shared by every connection: the current [`Generation`] of
+//! settings-derived parts (swapped whole on a live change) and the long-lived components (room,
+//! counters) that are reconfigured in place.
+
+pub mod client;
+pub mod config;
+pub mod cookies;
+pub mod demo;
+pub mod logging;
+pub mod ops;
+pub mod proxy;
+pub mod rejection;
+pub mod room;
+pub mod router;
+pub mod sema;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use config::Config;
+use config::paths::RouteTable;
+use cookies::CookieAttrs;
+use proxy::{Proxy, ProxySettings};
+use room::page::WaitingPage;
+use room::{Room, RoomSettings};
+
+/// The build's version, printed by `-version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Everything derived from one immutable settings snapshot. A request binds to one generation for
+/// its whole life; a live change builds a new one and swaps it in atomically.
+pub struct Generation {
+    pub config: Arc<Config>,
+    pub routes: RouteTable,
+    pub proxy: Arc<Proxy>,
+    pub page: Arc<WaitingPage>,
+    pub cookies: CookieAttrs,
+    /// Token lifetime in whole seconds, the `Max-Age` of the room cookies.
+    pub ticket_max_age: u64,
+}
+
+/// Why a generation could not be built from a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot read -html page {path}: {source}")]
+    Html {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot build the proxy for -upstream: {0}")]
+    Proxy(String),
+}
+
+impl Generation {
+    /// Builds every settings-derived part. `previous` lets unchanged parts be reused (the proxy
+    /// keeps its pooled upstream connections when its inputs did not change).
+    pub fn build(config: Arc<Config>, previous: Option<&Generation>) -> Result<Self, BuildError> {
+        let routes = RouteTable::build(
+            &config.bypass,
+            &config.assets,
+            &config.asset_public,
+            &config.stream_paths,
+        )
+        .map_err(BuildError::Config)?;
+        let proxy = match previous {
+            Some(prev) if same_proxy_inputs(&prev.config, &config) => prev.proxy.clone(),
+            _ => Arc::new(
+                Proxy::new(proxy_settings(&config)?)
+                    .map_err(|e| BuildError::Proxy(e.to_string()))?,
+            ),
+        };
+        let page = match previous {
+            Some(prev) if prev.config.html == config.html => prev.page.clone(),
+            _ => Arc::new(load_page(&config.html)?),
+        };
+        let cookies = CookieAttrs::new(
+            &config.cookie_path,
+            &config.cookie_domain,
+            config.secure_cookie,
+        );
+        let ticket_max_age = config.effective_token_ttl().as_secs();
+        Ok(Generation {
+            config,
+            routes,
+            proxy,
+            page,
+            cookies,
+            ticket_max_age,
+        })
+    }
+
+    /// The room's view of these settings.
+    pub fn room_settings(&self) -> RoomSettings {
+        room_settings(&self.config)
+    }
+}
+
+fn same_proxy_inputs(a: &Config, b: &Config) -> bool {
+    a.upstream == b.upstream
+        && a.preserve_host == b.preserve_host
+        && a.upstream_timeout == b.upstream_timeout
+}
+
+fn proxy_settings(config: &Config) -> Result<ProxySettings, BuildError> {
+    let upstream = config
+        .upstream_uri()
+        .map_err(|e| BuildError::Config(format!("invalid -upstream {:?}: {e}", config.upstream)))?;
+    Ok(ProxySettings {
+        upstream,
+        preserve_host: config.preserve_host,
+        upstream_timeout: config.upstream_timeout,
+    })
+}
+
+fn load_page(path: &str) -> Result<WaitingPage, BuildError> {
+    if path.trim().is_empty() {
+        return Ok(WaitingPage::builtin());
+    }
+    WaitingPage::from_file(std::path::Path::new(path)).map_err(|source| BuildError::Html {
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// The room's settings derived from a configuration.
+pub fn room_settings(config: &Config) -> RoomSettings {
+    RoomSettings {
+        cap: config.cap,
+        max_queue: config.max_queue,
+        token_ttl: config.effective_token_ttl(),
+        first_poll_grace: config.first_poll_grace,
+        reaper: config.effective_reaper(),
+        retry_after_secs: config.effective_retry_after(),
+        pricing: room::Pricing::new(config.rate, config.surge),
+    }
+}
+
+/// Process-wide counters that are not owned by a component.
+#[derive(Default)]
+pub struct Counters {
+    /// Strikes charged against clients (wrong admin token, …).
+    pub abuse_strikes_total: AtomicU64,
+    /// Requests Concert refused as malformed before routing.
+    pub bad_requests_total: AtomicU64,
+    /// Requests that reached the origin.
+    pub proxied_total: AtomicU64,
+}
+
+/// The assembled, shared state of a running Concert.
+pub struct App {
+    generation: ArcSwap<Generation>,
+    pub room: Arc<Room>,
+    pub counters: Counters,
+    /// Serialises live changes so two of them never interleave build and swap.
+    change_lock: parking_lot::Mutex<()>,
+}
+
+/// A refused live change, with the status the API answers.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl App {
+    /// Validates nothing: `config` must already have passed [`Config::validate`].
+    pub fn new(config: Config) -> Result<Arc<App>, BuildError> {
+        let generation = Generation::build(Arc::new(config), None)?;
+        let room = Room::new(generation.room_settings());
+        Ok(Arc::new(App {
+            generation: ArcSwap::from_pointee(generation),
+            room,
+            counters: Counters::default(),
+            change_lock: parking_lot::Mutex::new(()),
+        }))
+    }
+
+    /// The current generation; the caller keeps it for the whole request.
+    pub fn generation(&self) -> Arc<Generation> {
+        self.generation.load_full()
+    }
+
+    /// Applies a live settings change: edit a copy, validate it whole, build a new generation,
+    /// swap it in, then reconfigure the long-lived room. All or nothing.
+    pub fn change_settings(
+        &self,
+        edit: impl FnOnce(&mut Config) -> Result<(), String>,
+    ) -> Result<Arc<Generation>, ChangeError> {
+        let _serial = self.change_lock.lock();
+        let current = self.generation.load_full();
+        let mut next = Config::clone(&current.config);
+        edit(&mut next).map_err(ChangeError::Invalid)?;
+        next.validate()
+            .map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        let generation = Generation::build(Arc::new(next), Some(&current))
+            .map_err(|e| ChangeError::Invalid(format!("settings are unusable: {e}")))?;
+        let generation = Arc::new(generation);
+        self.generation.store(generation.clone());
+        self.room.reconfigure(generation.room_settings());
+        Ok(generation)
+    }
+
+    /// Charges strikes against a client. Counted now; the abuse registry turns them into bans.
+    pub fn strike(&self, client: Option<std::net::IpAddr>, weight: u32, reason: &'static str) {
+        if weight == 0 {
+            return;
+        }
+        let generation = self.generation.load();
+        let Some(ip) = client else { return };
+        if generation.config.trusted_proxies.contains(ip)
+            || generation.config.abuse_allow.contains(ip)
+        {
+            return;
+        }
+        self.counters
+            .abuse_strikes_total
+            .fetch_add(u64::from(weight), Ordering::Relaxed);
+        tracing::info!(client = %ip, weight, reason, "strike");
+    }
+}
+
+/// A running Concert: its bound address and the handle that stops it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), server::ServeError>>,
+}
+
+impl Running {
+    /// Asks the server to drain and stop, and waits until it has.
+    pub async fn shutdown(self) -> Result<(), server::ServeError> {
+        let _ = self.stop.send(true);
+        match self.task.await {
+            Ok(result) => result,
+            Err(join) => Err(server::ServeError::Task(join.to_string())),
+        }
+    }
+
+    /// Waits for the server to end by itself (listener failure) or after [`Running::shutdown`].
+    pub async fn wait(&mut self) -> Result<(), server::ServeError> {
+        match (&mut self.task).await {
+            Ok(result) => result,
+            Err(join) => Err(server::ServeError::Task(join.to_string())),
+        }
+    }
+
+    /// A sender that triggers the same drain as [`Running::shutdown`] (for signal handlers).
+    pub fn stopper(&self) -> tokio::sync::watch::Sender<bool> {
+        self.stop.clone()
+    }
+}
+
+/// How long in-flight requests get to finish on shutdown.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Builds the app from a validated configuration, binds `-listen` (or uses `listener`), and
+/// serves in the background. The reaper runs until the server stops.
+pub async fn start(
+    config: Config,
+    listener: Option<tokio::net::TcpListener>,
+) -> Result<Running, StartError> {
+    let listener = match listener {
+        Some(listener) => listener,
+        None => server::bind(&config.listen)
+            .await
+            .map_err(StartError::Serve)?,
+    };
+    let addr = listener.local_addr().map_err(|e| {
+        StartError::Serve(server::ServeError::Listen {
+            addr: config.listen.clone(),
+            source: e,
+        })
+    })?;
+    let app = App::new(config).map_err(StartError::Build)?;
+    let reaper = app.room.spawn_reaper();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let serving = app.clone();
+    let task = tokio::spawn(async move {
+        let result = server::serve(listener, serving, async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        })
+        .await;
+        reaper.abort();
+        result
+    });
+    Ok(Running {
+        addr,
+        app,
+        stop,
+        task,
+    })
+}
+
+/// The whole process life behind the binary: optional demo origin, start, log a summary, wait for
+/// SIGINT/SIGTERM, drain, stop.
+pub async fn run(mut config: Config) -> Result<(), StartError> {
+    let mut demo_origin = None;
+    if config.demo {
+        let origin = demo::start_origin()
+            .await
+            .map_err(|e| StartError::Demo(e.to_string()))?;
+        config.upstream = origin.url();
+        if config.source("cap") == config::Source::Default {
+            config.cap = 2;
+        }
+        config
+            .validate()
+            .map_err(|e| StartError::Build(BuildError::Config(e.to_string())))?;
+        demo_origin = Some(origin);
+    }
+    let demo = config.demo;
+    log_summary(&config);
+    if config.admit_secret_generated {
+        tracing::warn!(
+            "CONCERT_ADMIT_SECRET is not set: using a random secret, so passes reset on restart and are not shared between instances"
+        );
+    }
+    let mut running = start(config, None).await?;
+    tracing::info!(addr = %running.addr, "listening");
+    let crowd_stop = tokio::sync::watch::channel(false);
+    if let Some(origin) = &demo_origin {
+        let open = browse_addr(running.addr);
+        demo::spawn_crowd(running.addr, 6, crowd_stop.1.clone());
+        println!(
+            "\nConcert demo: the built-in origin ({}) takes ~1 s per page and allows {} at once.\n\
+             Open {open} in a few tabs: a simulated crowd keeps the line busy, so you will wait in\n\
+             line, watch your position fall, and be let in automatically. Stats: {open}_room/stats\n\
+             Press Ctrl-C to stop.\n",
+            origin.url(),
+            running.app.room.stats().cap,
+        );
+    }
+    let stopper = running.stopper();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        let _ = stopper.send(true);
+    });
+    let result = running.wait().await.map_err(StartError::Serve);
+    let _ = crowd_stop.0.send(true);
+    drop(demo_origin);
+    if demo {
+        tracing::info!("demo stopped");
+    }
+    result
+}
+
+fn browse_addr(addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        format!("http://127.0.0.1:{}/", addr.port())
+    } else {
+        format!("http://{addr}/")
+    }
+}
+
+fn log_summary(config: &Config) {
+    use config::duration::format_go_duration as go;
+    tracing::info!(
+        "concert {VERSION}: {} -> {} cap={} max-queue={} ticket-ttl={} first-poll-grace={}",
+        config.listen,
+        config.upstream,
+        config.cap,
+        config.max_queue,
+        go(config.effective_token_ttl()),
+        go(config.first_poll_grace),
+    );
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Start-up failures, each naming what was wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Build(BuildError),
+    #[error("{0}")]
+    Serve(server::ServeError),
+    #[error("cannot start the demo origin: {0}")]
+    Demo(String),
+}

@@ -1,0 +1,50 @@
+//! The `concert` binary: parse the configuration, start serving, stop cleanly on a signal.
+
+use std::process::ExitCode;
+
+use concert::config::{self, Loaded};
+
+// musl's allocator is slow under threads; a fast allocator keeps the static build competitive.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let config = match config::load(&args, &config::ProcessEnv) {
+        Ok(Loaded::Run(config)) => *config,
+        Ok(Loaded::Version) => {
+            println!("concert {}", concert::VERSION);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Loaded::Help(usage)) => {
+            println!("{usage}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("concert: {e}");
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1));
+        }
+    };
+    concert::logging::init(config.log_format == config::LogFormat::Json);
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    // 0 leaves the choice to tokio: TOKIO_WORKER_THREADS if set, else one thread per core.
+    if config.workers > 0 {
+        runtime.worker_threads(config.workers);
+    }
+    let runtime = match runtime.build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("concert: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(concert::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("concert: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Operator endpoints under `/_room/` on the main listener: health, stats, live cap, metrics.
+//!
+//! The whole prefix is answered here — for every method and with or without a trailing slash — so
+//! nothing under `/_room/` ever leaks to the origin.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Extension, State};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use serde_json::json;
+use subtle::ConstantTimeEq;
+use tower::ServiceExt;
+
+use crate::config::duration::format_go_duration;
+use crate::rejection::Rejection;
+use crate::router::{RequestInfo, json_response};
+use crate::{App, Generation};
+
+/// The resolved client of an ops request, for strikes.
+#[derive(Clone, Copy)]
+struct Client(Option<IpAddr>);
+
+/// Routes one `/_room/…` request.
+pub async fn handle(
+    app: &Arc<App>,
+    _generation: &Generation,
+    info: &RequestInfo,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let path = info.path();
+    let path = match path.strip_suffix('/') {
+        Some(trimmed) if !trimmed.is_empty() => trimmed,
+        _ => path,
+    };
+    let (mut parts, body) = req.into_parts();
+    parts.uri = match http::Uri::try_from(path) {
+        Ok(uri) => uri,
+        Err(_) => return Rejection::ReservedNotFound.into_response(false),
+    };
+    parts.extensions.insert(Client(info.client));
+    let request = Request::from_parts(parts, Body::new(body));
+    match routes(app.clone()).oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+fn routes(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/_room/healthz", get(healthz))
+        .route("/_room/stats", get(stats))
+        .route("/_room/metrics", get(metrics))
+        .route("/_room/cap", post(set_cap))
+        .fallback(|| async { Rejection::ReservedNotFound.into_response(false) })
+        .with_state(app)
+}
+
+async fn healthz() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "ok")
+}
+
+async fn stats(State(app): State<Arc<App>>) -> Response<Body> {
+    json_response(StatusCode::OK, stats_json(&app).to_string())
+}
+
+/// Every key of `/_room/stats`. Asset, stream and abuse figures report their configured limits
+/// and the counts of what this build served through them.
+pub fn stats_json(app: &App) -> serde_json::Value {
+    let generation = app.generation();
+    let config = &generation.config;
+    let room = app.room.stats();
+    json!({
+        "upstream": config.upstream,
+        "cap": room.cap,
+        "occupancy": room.occupancy,
+        "queue_depth": room.queue_depth,
+        "live_queue_depth": room.live_queue_depth,
+        "max_queue_depth": room.max_queue_depth,
+        "utilization": room.utilization,
+        "token_ttl": format_go_duration(config.effective_token_ttl()),
+        "first_poll_grace": format_go_duration(config.first_poll_grace),
+        "queued_total": room.queued_total,
+        "evicted_total": room.evicted_total,
+        "timeouts_total": room.timeouts_total,
+        "promoted_total": room.promoted_total,
+        "removed_total": room.removed_total,
+        "admitted_total": room.admitted_total,
+        "asset_cap": config.effective_asset_cap(),
+        "asset_in_flight": 0,
+        "asset_users": 0,
+        "asset_user_cap_h1": config.asset_user_cap_h1,
+        "asset_user_cap_h2": config.asset_user_cap_h2,
+        "asset_served_total": 0,
+        "asset_denied_total": 0,
+        "asset_user_throttled_total": 0,
+        "asset_global_throttled_total": 0,
+        "stream_cap": config.stream_cap,
+        "stream_active": 0,
+        "stream_served_total": 0,
+        "stream_denied_total": 0,
+        "stream_throttled_total": 0,
+        "abuse_enabled": config.abuse,
+        "abuse_tracked": 0,
+        "abuse_range_bans": 0,
+        "abuse_strikes_total": app.counters.abuse_strikes_total.load(Ordering::Relaxed),
+        "abuse_bans_total": 0,
+        "abuse_rejected_total": 0,
+        "abuse_dropped_total": 0,
+    })
+}
+
+/// Prometheus text exposition of the same figures.
+async fn metrics(State(app): State<Arc<App>>) -> Response<Body> {
+    match render_metrics(&app) {
+        Ok(text) => {
+            let mut response = Response::new(Body::from(text));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            response
+        }
+        Err(_) => Rejection::Internal.into_response(false),
+    }
+}
+
+pub fn render_metrics(app: &App) -> Result<String, std::fmt::Error> {
+    use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::registry::Registry;
+    use std::sync::atomic::AtomicU64;
+
+    let room = app.room.stats();
+    let mut registry = Registry::with_prefix("concert");
+    let mut gauge = |name: &str, help: &str, value: f64| {
+        let metric = Gauge::<f64, AtomicU64>::default();
+        metric.set(value);
+        registry.register(name, help, metric);
+    };
+    gauge(
+        "cap",
+        "Concurrent page requests allowed to the origin",
+        room.cap as f64,
+    );
+    gauge(
+        "occupancy",
+        "Page requests at the origin now",
+        room.occupancy as f64,
+    );
+    gauge(
+        "queue_depth",
+        "Tickets ahead of the serving window, abandoned ones included",
+        room.queue_depth as f64,
+    );
+    gauge(
+        "live_queue_depth",
+        "Visitors holding a live ticket",
+        room.live_queue_depth as f64,
+    );
+    gauge(
+        "utilization",
+        "Smoothed share of page slots in use",
+        room.utilization,
+    );
+    let mut counter = |name: &str, help: &str, value: u64| {
+        let metric = Counter::<u64>::default();
+        metric.inc_by(value);
+        registry.register(name, help, metric);
+    };
+    counter(
+        "queued",
+        "Visitors who were put in the line",
+        room.queued_total,
+    );
+    counter(
+        "admitted",
+        "Page requests admitted to the origin",
+        room.admitted_total,
+    );
+    counter(
+        "evicted",
+        "Tickets dropped for not polling",
+        room.evicted_total,
+    );
+    counter(
+        "timeouts",
+        "Visitors who left while waiting for a slot",
+        room.timeouts_total,
+    );
+    counter("promoted", "Tickets moved forward", room.promoted_total);
+    counter(
+        "removed",
+        "Tickets removed from the line",
+        room.removed_total,
+    );
+    counter(
+        "proxied",
+        "Requests forwarded to the origin",
+        app.counters.proxied_total.load(Ordering::Relaxed),
+    );
+    counter(
+        "bad_requests",
+        "Malformed requests refused before routing",
+        app.counters.bad_requests_total.load(Ordering::Relaxed),
+    );
+    counter(
+        "abuse_strikes",
+        "Strikes charged against clients",
+        app.counters.abuse_strikes_total.load(Ordering::Relaxed),
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// Bearer-token check for admin routes: no token configured → the route does not exist (404);
+/// missing or wrong token → 401 and strikes. Compared in constant time.
+fn authorize(app: &App, headers: &HeaderMap, client: Option<IpAddr>) -> Result<(), Rejection> {
+    let generation = app.generation();
+    let expected = generation.config.admin_token.as_bytes();
+    if expected.is_empty() {
+        return Err(Rejection::AdminDisabled);
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            let (scheme, token) = value.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
+        .unwrap_or("");
+    if bool::from(presented.as_bytes().ct_eq(expected)) {
+        Ok(())
+    } else {
+        let rejection = Rejection::Unauthorized;
+        app.strike(client, rejection.strike_weight(), "wrong admin token");
+        Err(rejection)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct CapBody {
+    cap: Option<i64>,
+}
+
+async fn set_cap(
+    State(app): State<Arc<App>>,
+    Extension(Client(client)): Extension<Client>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    if let Err(rejection) = authorize(&app, &headers, client) {
+        return rejection.into_response(false);
+    }
+    let requested: CapBody = match serde_json::from_slice(&body) {
+        Ok(parsed) => parsed,
+        Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    let cap = match requested.cap.map(u32::try_from) {
+        Some(Ok(cap)) if (1..=i32::MAX as u32).contains(&cap) => cap,
+        _ => {
+            return error_json(
+                StatusCode::BAD_REQUEST,
+                "cap must be a whole number between 1 and 2147483647",
+            );
+        }
+    };
+    match app.change_settings(|config| {
+        config.cap = cap;
+        Ok(())
+    }) {
+        Ok(_) => {
+            let room = app.room.stats();
+            tracing::info!(cap, "cap changed through /_room/cap");
+            json_response(
+                StatusCode::OK,
+                json!({"cap": room.cap, "occupancy": room.occupancy}).to_string(),
+            )
+        }
+        Err(e) => error_json(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
+
+fn error_json(status: StatusCode, message: &str) -> Response<Body> {
+    json_response(status, json!({ "error": message }).to_string())
+}

@@ -1,0 +1,79 @@
+//! Keeping a slot busy for exactly as long as the client is being served: the response body
+//! guard, and the tunnel of an upgraded connection.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+
+use super::SlotHold;
+
+pin_project_lite::pin_project! {
+    /// The origin's response body, passed through frame by frame (nothing is buffered, so
+    /// server-sent events reach the client as they arrive). The hold is dropped when the last
+    /// frame has been handed on, when the origin fails mid-body, or when the client goes away
+    /// and the body is dropped, whichever comes first.
+    pub(super) struct HeldBody {
+        #[pin]
+        inner: Incoming,
+        hold: Option<SlotHold>,
+    }
+}
+
+impl HeldBody {
+    pub(super) fn new(inner: Incoming, hold: Option<SlotHold>) -> HeldBody {
+        HeldBody { inner, hold }
+    }
+}
+
+impl Body for HeldBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => *this.hold = None,
+            Poll::Ready(Some(Err(err))) => {
+                tracing::warn!(error = %err, "proxy: origin response body failed");
+                *this.hold = None;
+            }
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => *this.hold = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Joins the client's and the origin's upgraded connections and copies bytes both ways until
+/// both directions are finished. The hold lives exactly as long as this task.
+pub(super) async fn tunnel(client: OnUpgrade, origin: OnUpgrade, hold: Option<SlotHold>) {
+    let _hold = hold;
+    let (client, origin) = match tokio::try_join!(client, origin) {
+        Ok(pair) => pair,
+        Err(err) => {
+            tracing::debug!(error = %err, "proxy: upgrade did not complete");
+            return;
+        }
+    };
+    let mut client = TokioIo::new(client);
+    let mut origin = TokioIo::new(origin);
+    if let Err(err) = tokio::io::copy_bidirectional(&mut client, &mut origin).await {
+        tracing::debug!(error = %err, "proxy: upgraded connection ended with an error");
+    }
+}

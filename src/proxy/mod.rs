@@ -1,0 +1,370 @@
+//! The reverse proxy to the origin: the pooled HTTP client, the request and response rewriting,
+//! protocol upgrades (WebSocket) tunnelled end to end, and the body guard that keeps the
+//! caller's slot busy until the response has been fully delivered.
+//!
+//! Everything streams: the request body goes to the origin as the client sends it, response
+//! frames go to the client as the origin produces them.
+
+mod body;
+mod headers;
+mod target;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use hyper_rustls::{
+    ConfigBuilderExt as _, HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream,
+};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+use self::body::HeldBody;
+use self::headers::RequestFacts;
+use self::target::Target;
+
+/// Time allowed to open a TCP connection to the origin.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed for the TLS handshake once connected.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// TCP keep-alive probe interval on origin connections.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// How long an idle pooled connection is kept.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Idle connections kept per origin.
+const POOL_MAX_IDLE_PER_HOST: usize = 256;
+
+const BAD_GATEWAY_BODY: &str = "upstream unavailable\n";
+const BAD_REQUEST_BODY: &str = "bad request\n";
+const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
+
+/// How to reach the origin.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Scheme `http` or `https`, an authority, and optionally a base path (and query) that
+    /// every request path is appended to.
+    pub upstream: Uri,
+    /// Send the client's `Host` to the origin instead of the upstream's host:port.
+    pub preserve_host: bool,
+    /// Longest wait for the origin's response headers; zero means no limit.
+    pub upstream_timeout: Duration,
+}
+
+/// The proxy cannot be built from these settings.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("upstream {0:?} must be an http:// or https:// URL")]
+    Scheme(String),
+    #[error("upstream {0:?} has no valid host")]
+    NoHost(String),
+    #[error("TLS client setup failed: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// What the caller knows about the request that the proxy cannot see in it.
+#[derive(Debug, Clone)]
+pub struct ForwardContext {
+    /// The socket peer, IPv4-mapped addresses unmapped; `None` when it could not be read.
+    pub peer: Option<IpAddr>,
+    /// Whether the peer is one of the trusted proxies (its forwarding headers are believed).
+    pub peer_trusted: bool,
+    /// Whether the client reached Concert over its own TLS listener.
+    pub via_tls: bool,
+    /// The normalised path plus the original query: exactly what the origin must receive.
+    pub path_and_query: String,
+}
+
+/// Whatever keeps a page or stream slot busy; dropping it releases the slot.
+pub type SlotHold = Box<dyn std::any::Any + Send + Sync>;
+
+type UpstreamClient = Client<BoundedConnector, Body>;
+
+/// A reverse proxy to one origin. Cheap to share behind an `Arc`; clients and their
+/// connection pools live as long as it does.
+pub struct Proxy {
+    client: UpstreamClient,
+    /// For `https` origins: a client that only offers HTTP/1.1, because protocol upgrades do
+    /// not exist in HTTP/2 and ALPN would otherwise pick it.
+    upgrade_client: Option<UpstreamClient>,
+    target: Target,
+    preserve_host: bool,
+    header_timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("upstream_host", &self.target.host)
+            .field("preserve_host", &self.preserve_host)
+            .field("header_timeout", &self.header_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// Builds a proxy trusting the system's root certificates for `https` origins (Mozilla's
+    /// bundled roots when the system has none).
+    pub fn new(settings: ProxySettings) -> Result<Proxy, ProxyError> {
+        let target = Target::new(&settings.upstream)?;
+        let tls = if target.is_https {
+            system_tls_config()?
+        } else {
+            // Never used for a plain-HTTP origin; the bundled roots are the cheapest to build.
+            tls_builder()?.with_webpki_roots().with_no_client_auth()
+        };
+        Proxy::build(settings, target, tls)
+    }
+
+    /// Builds a proxy with a caller-supplied TLS client configuration (private CAs, tests).
+    /// Its ALPN list is replaced by the proxy's own.
+    pub fn with_tls_config(
+        settings: ProxySettings,
+        tls: rustls::ClientConfig,
+    ) -> Result<Proxy, ProxyError> {
+        let target = Target::new(&settings.upstream)?;
+        Proxy::build(settings, target, tls)
+    }
+
+    fn build(
+        settings: ProxySettings,
+        target: Target,
+        mut tls: rustls::ClientConfig,
+    ) -> Result<Proxy, ProxyError> {
+        tls.alpn_protocols.clear();
+        let main = HttpsConnectorBuilder::new()
+            .with_tls_config(tls.clone())
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(tcp_connector());
+        let client = pooled_client(main);
+        let upgrade_client = target.is_https.then(|| {
+            let http1_only = HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(tcp_connector());
+            pooled_client(http1_only)
+        });
+        Ok(Proxy {
+            client,
+            upgrade_client,
+            target,
+            preserve_host: settings.preserve_host,
+            header_timeout: (!settings.upstream_timeout.is_zero())
+                .then_some(settings.upstream_timeout),
+        })
+    }
+
+    /// Sends the request to the origin and returns the origin's response for the client.
+    ///
+    /// `hold` stays alive until the response body has been delivered or the client has gone,
+    /// and for an upgraded connection until the tunnel closes. Failures reaching the origin
+    /// (including the response-header timeout) are logged and answered with a 502.
+    pub async fn forward(
+        &self,
+        mut req: Request<Body>,
+        ctx: ForwardContext,
+        hold: Option<SlotHold>,
+    ) -> Response<Body> {
+        let upgrade = headers::requested_upgrade(req.headers());
+        let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+        let (parts, body) = req.into_parts();
+
+        let uri = match self.target.uri_for(&ctx.path_and_query) {
+            Ok(uri) => uri,
+            Err(err) => {
+                tracing::debug!(error = %err, "proxy: request path does not make a valid URI");
+                return plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
+            }
+        };
+        let requested_protocol = upgrade.clone();
+        let facts = RequestFacts {
+            peer: ctx.peer,
+            peer_trusted: ctx.peer_trusted,
+            via_tls: ctx.via_tls,
+            upstream_host: &self.target.host,
+            preserve_host: self.preserve_host,
+            uri_authority: parts.uri.authority().map(|authority| authority.as_str()),
+            upgrade,
+        };
+        let headers = headers::rewrite_request(parts.headers, facts);
+
+        let method = parts.method;
+        let mut outgoing = Request::new(body);
+        *outgoing.method_mut() = method.clone();
+        *outgoing.uri_mut() = uri;
+        // Origins always get HTTP/1.1 semantics; the pool speaks HTTP/2 to them when ALPN says so.
+        *outgoing.version_mut() = Version::HTTP_11;
+        *outgoing.headers_mut() = headers;
+
+        let client = match (&requested_protocol, &self.upgrade_client) {
+            (Some(_), Some(http1_only)) => http1_only,
+            _ => &self.client,
+        };
+        let sent = client.request(outgoing);
+        let answered = match self.header_timeout {
+            Some(limit) => match tokio::time::timeout(limit, sent).await {
+                Ok(answered) => answered.map_err(UpstreamFailure::from),
+                Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
+            },
+            None => sent.await.map_err(UpstreamFailure::from),
+        };
+        let mut response = match answered {
+            Ok(response) => response,
+            Err(failure) => {
+                tracing::warn!(
+                    method = %method,
+                    path = ctx.path_and_query.split('?').next().unwrap_or_default(),
+                    error = %failure,
+                    "proxy: upstream request failed"
+                );
+                return bad_gateway();
+            }
+        };
+
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let switched_to = response.headers().get(header::UPGRADE);
+            let agreed = matches!(
+                (&requested_protocol, switched_to),
+                (Some(asked), Some(got)) if asked.as_bytes().eq_ignore_ascii_case(got.as_bytes())
+            );
+            let Some(client_side) = client_upgrade.filter(|_| agreed) else {
+                tracing::warn!(
+                    method = %method,
+                    "proxy: origin switched to a protocol the client did not ask for"
+                );
+                return bad_gateway();
+            };
+            let origin_side = hyper::upgrade::on(&mut response);
+            headers::strip_response(response.headers_mut(), true);
+            tokio::spawn(body::tunnel(client_side, origin_side, hold));
+            let (parts, _) = response.into_parts();
+            return Response::from_parts(parts, Body::empty());
+        }
+
+        let (mut parts, incoming) = response.into_parts();
+        headers::strip_response(&mut parts.headers, false);
+        Response::from_parts(parts, Body::new(HeldBody::new(incoming, hold)))
+    }
+}
+
+/// Why the origin gave no response.
+#[derive(Debug, thiserror::Error)]
+enum UpstreamFailure {
+    #[error("{}", ErrorChain(.0))]
+    Client(#[from] hyper_util::client::legacy::Error),
+    #[error("no response headers within {0:?}")]
+    HeaderTimeout(Duration),
+}
+
+/// Displays an error with its sources, since the client's own message is terse
+/// ("client error (Connect)").
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(err) = source {
+            write!(f, ": {err}")?;
+            source = err.source();
+        }
+        Ok(())
+    }
+}
+
+fn plain_response(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(text));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PLAIN_TEXT));
+    response
+}
+
+fn bad_gateway() -> Response<Body> {
+    plain_response(StatusCode::BAD_GATEWAY, BAD_GATEWAY_BODY)
+}
+
+fn tls_builder()
+-> Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVerifier>, rustls::Error> {
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+}
+
+fn system_tls_config() -> Result<rustls::ClientConfig, ProxyError> {
+    match tls_builder()?.with_native_roots() {
+        Ok(builder) => Ok(builder.with_no_client_auth()),
+        Err(err) => {
+            tracing::warn!(error = %err, "proxy: no usable system root certificates, using the bundled ones");
+            Ok(tls_builder()?.with_webpki_roots().with_no_client_auth())
+        }
+    }
+}
+
+fn tcp_connector() -> HttpConnector {
+    let mut http = HttpConnector::new();
+    // The TLS layer on top decides which schemes are allowed.
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    http.set_keepalive(Some(TCP_KEEPALIVE));
+    http.set_nodelay(true);
+    http
+}
+
+fn pooled_client(connector: HttpsConnector<HttpConnector>) -> UpstreamClient {
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        // `Host` is always written by the header rewrite.
+        .set_host(false)
+        .build(BoundedConnector {
+            inner: connector,
+            limit: CONNECT_TIMEOUT + TLS_HANDSHAKE_TIMEOUT,
+        })
+}
+
+type ConnectError = Box<dyn std::error::Error + Send + Sync>;
+type OriginStream = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+
+/// Bounds a whole connection attempt. The TCP connect has its own 5 s limit inside, so the
+/// remainder bounds the TLS handshake, which the TLS connector itself does not.
+#[derive(Clone)]
+struct BoundedConnector {
+    inner: HttpsConnector<HttpConnector>,
+    limit: Duration,
+}
+
+impl tower::Service<Uri> for BoundedConnector {
+    type Response = OriginStream;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<OriginStream, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let limit = self.limit;
+        Box::pin(async move {
+            match tokio::time::timeout(limit, connecting).await {
+                Ok(connected) => connected,
+                Err(_) => Err(format!("connecting took longer than {limit:?}").into()),
+            }
+        })
+    }
+}

@@ -1,0 +1,454 @@
+//! `queue.snapshot` format: the line exported at shutdown and restored at start.
+//!
+//! Times are RFC 3339 strings (UTC on export; any offset accepted on import). A never-polled ticket
+//! carries the zero time `0001-01-01T00:00:00Z`, as the original writes it.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use std::collections::HashSet;
+
+use super::Room;
+use super::line::Key;
+use super::tokens::{
+    self, Entry, HAS_PASS, PROMOTED, REFRESH_DUE, SEEN, TokenId, parse_token, token_hex,
+};
+
+pub const SNAPSHOT_VERSION: u32 = 1;
+/// Longest token accepted on import.
+pub const MAX_TOKEN_LEN: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub version: u32,
+    pub exported_at: WallTime,
+    #[serde(default)]
+    pub tickets: Vec<SnapshotTicket>,
+    #[serde(default)]
+    pub passes: Vec<SnapshotPass>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotTicket {
+    pub token: String,
+    pub created_at: WallTime,
+    pub last_seen: WallTime,
+    pub last_poll: WallTime,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub client_key: String,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub seen: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub promoted: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub has_pass: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotPass {
+    pub token: String,
+    pub expires_at: WallTime,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// Why a snapshot was refused (the caller renames the file `.bad`, except for `NotPristine`).
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("queue snapshot is not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("queue snapshot version {0} is not supported (want 1)")]
+    Version(u32),
+    #[error("queue snapshot has an empty token")]
+    EmptyToken,
+    #[error("queue snapshot has a token longer than 256 characters")]
+    TokenTooLong,
+    #[error("queue snapshot has a duplicate token")]
+    DuplicateToken,
+    #[error("the waiting room already has visitors; a snapshot can only be restored at start")]
+    NotPristine,
+}
+
+impl Snapshot {
+    pub fn from_json(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+        Ok(serde_json::from_slice(bytes)?)
+    }
+
+    pub fn to_json(&self) -> Result<Vec<u8>, SnapshotError> {
+        Ok(serde_json::to_vec(self)?)
+    }
+}
+
+/// A wall-clock instant in Unix milliseconds; `ZERO` is Go's zero time (year 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WallTime(pub i64);
+
+/// Unix milliseconds of 0001-01-01T00:00:00Z.
+const ZERO_TIME_MS: i64 = -62_135_596_800_000;
+
+impl WallTime {
+    pub const ZERO: WallTime = WallTime(ZERO_TIME_MS);
+
+    pub fn is_zero(self) -> bool {
+        self.0 == ZERO_TIME_MS
+    }
+
+    pub fn from_system(time: SystemTime) -> WallTime {
+        match time.duration_since(UNIX_EPOCH) {
+            Ok(after) => WallTime(i64::try_from(after.as_millis()).unwrap_or(i64::MAX)),
+            Err(before) => {
+                WallTime(-i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX))
+            }
+        }
+    }
+
+    pub fn to_system(self) -> SystemTime {
+        if self.0 >= 0 {
+            UNIX_EPOCH + Duration::from_millis(self.0.unsigned_abs())
+        } else {
+            UNIX_EPOCH
+                .checked_sub(Duration::from_millis(self.0.unsigned_abs()))
+                .unwrap_or(UNIX_EPOCH)
+        }
+    }
+
+    /// Parses RFC 3339 (`2024-05-01T12:00:00.250Z`, `…+02:00`); sub-millisecond digits are dropped.
+    pub fn parse(text: &str) -> Option<WallTime> {
+        let bytes = text.as_bytes();
+        if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[13] != b':' {
+            return None;
+        }
+        if !matches!(bytes[10], b'T' | b't' | b' ') || bytes[16] != b':' {
+            return None;
+        }
+        let digits = |range: std::ops::Range<usize>| -> Option<i64> {
+            let part = text.get(range)?;
+            if !part.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            part.parse().ok()
+        };
+        let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+        let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+            return None;
+        }
+        if second > 60 {
+            return None;
+        }
+        let mut rest = &text[19..];
+        let mut millis = 0i64;
+        if let Some(fraction) = rest.strip_prefix('.') {
+            let end = fraction
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(fraction.len());
+            if end == 0 {
+                return None;
+            }
+            let mut scale = 100;
+            for digit in fraction[..end].bytes().take(3) {
+                millis += i64::from(digit - b'0') * scale;
+                scale /= 10;
+            }
+            rest = &fraction[end..];
+        }
+        let offset_minutes = match rest {
+            "Z" | "z" => 0,
+            _ if rest.len() == 6 && rest.as_bytes()[3] == b':' => {
+                let sign = match rest.as_bytes()[0] {
+                    b'+' => 1,
+                    b'-' => -1,
+                    _ => return None,
+                };
+                let hours: i64 = rest.get(1..3)?.parse().ok()?;
+                let minutes: i64 = rest.get(4..6)?.parse().ok()?;
+                sign * (hours * 60 + minutes)
+            }
+            _ => return None,
+        };
+        let days = days_from_civil(year, month, day);
+        let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset_minutes * 60;
+        Some(WallTime(seconds * 1_000 + millis))
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_index = (month + 9) % 12; // March = 0
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// Inverse of `days_from_civil`.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+impl fmt::Display for WallTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let seconds = self.0.div_euclid(1_000);
+        let millis = self.0.rem_euclid(1_000);
+        let days = seconds.div_euclid(86_400);
+        let of_day = seconds.rem_euclid(86_400);
+        let (year, month, day) = civil_from_days(days);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+            of_day / 3_600,
+            of_day % 3_600 / 60,
+            of_day % 60
+        )?;
+        if millis != 0 {
+            write!(f, ".{millis:03}")?;
+        }
+        f.write_str("Z")
+    }
+}
+
+impl Serialize for WallTime {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for WallTime {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<WallTime, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        WallTime::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("invalid RFC 3339 time {text:?}")))
+    }
+}
+
+impl Room {
+    /// The line in order, with times on the wall clock, for `queue.snapshot`.
+    pub fn export_snapshot(&self, now_wall: SystemTime) -> Snapshot {
+        let shared = &self.shared;
+        let now = shared.now_ms();
+        let wall_now = WallTime::from_system(now_wall);
+        let to_wall = |ms: u64| WallTime(wall_now.0.saturating_sub(now.saturating_sub(ms) as i64));
+        let mut entries: Vec<(TokenId, Entry)> = Vec::with_capacity(shared.tokens.len() as usize);
+        for index in 0..tokens::SHARD_COUNT {
+            let shard = shared.tokens.lock_shard(index);
+            entries.extend(shard.iter().map(|(token, entry)| (*token, *entry)));
+        }
+        entries.sort_unstable_by_key(|(_, entry)| entry.key);
+        let tickets = entries
+            .iter()
+            .map(|(token, entry)| SnapshotTicket {
+                token: token_hex(token),
+                created_at: to_wall(entry.created),
+                last_seen: to_wall(entry.last_seen),
+                last_poll: if entry.last_poll == 0 {
+                    WallTime::ZERO
+                } else {
+                    to_wall(entry.last_poll)
+                },
+                client_key: entry.client.map(|ip| ip.to_string()).unwrap_or_default(),
+                seen: entry.has(SEEN),
+                promoted: entry.has(PROMOTED),
+                has_pass: entry.has(HAS_PASS),
+            })
+            .collect();
+        let passes = shared
+            .passes
+            .lock()
+            .iter()
+            .filter(|(_, expiry)| **expiry > now)
+            .map(|(token, expiry)| SnapshotPass {
+                token: token.to_string(),
+                expires_at: WallTime(wall_now.0.saturating_add((*expiry - now) as i64)),
+            })
+            .collect();
+        Snapshot {
+            version: SNAPSHOT_VERSION,
+            exported_at: wall_now,
+            tickets,
+            passes,
+        }
+    }
+
+    /// Restores an exported line into a pristine room: tickets dead at export time are dropped,
+    /// the rest renumbered 1…n in order with their times shifted by the downtime (cookies are
+    /// re-sent on the first poll); unexpired VIP passes keep their absolute expiry.
+    /// Returns how many tickets were restored.
+    pub fn import_snapshot(
+        &self,
+        snapshot: Snapshot,
+        now_wall: SystemTime,
+    ) -> Result<usize, SnapshotError> {
+        if snapshot.version != SNAPSHOT_VERSION {
+            return Err(SnapshotError::Version(snapshot.version));
+        }
+        check_tokens(snapshot.tickets.iter().map(|ticket| ticket.token.as_str()))?;
+        check_tokens(snapshot.passes.iter().map(|pass| pass.token.as_str()))?;
+        let shared = &self.shared;
+        if !shared.core.lock().line.is_pristine() || shared.tokens.len() > 0 {
+            return Err(SnapshotError::NotPristine);
+        }
+        let settings = shared.settings.load();
+        let (ttl, grace) = (settings.ttl_ms() as i64, settings.grace_ms() as i64);
+        let exported = snapshot.exported_at.0;
+        let now = shared.now_ms();
+        let wall_now = WallTime::from_system(now_wall).0;
+        // Same age as at export: the downtime is not held against anyone.
+        let shift =
+            |time: WallTime| now.saturating_sub(exported.saturating_sub(time.0).max(0) as u64);
+        let kept: Vec<(TokenId, &SnapshotTicket)> = snapshot
+            .tickets
+            .iter()
+            .filter(|ticket| {
+                let idle = exported.saturating_sub(ticket.last_seen.0) > ttl;
+                let never_polled = grace > 0
+                    && !ticket.seen
+                    && exported.saturating_sub(ticket.created_at.0) > grace;
+                !(idle || never_polled)
+            })
+            .filter_map(|ticket| match parse_token(&ticket.token) {
+                Some(token) => Some((token, ticket)),
+                None => {
+                    tracing::warn!(
+                        "queue snapshot: skipped a ticket whose token is not 32 hex digits"
+                    );
+                    None
+                }
+            })
+            .collect();
+        let keys: Vec<Key> = {
+            let mut core = shared.core.lock();
+            kept.iter().map(|_| core.line.issue()).collect()
+        };
+        for ((token, ticket), key) in kept.iter().zip(keys) {
+            let mut entry = Entry::new(
+                key,
+                shift(ticket.created_at),
+                ticket.client_key.parse().ok(),
+            );
+            entry.last_seen = shift(ticket.last_seen);
+            entry.last_poll = if ticket.last_poll.is_zero() {
+                0
+            } else {
+                shift(ticket.last_poll).max(1)
+            };
+            entry.cookie_set_at = entry.last_seen;
+            entry.set(SEEN, ticket.seen);
+            entry.set(PROMOTED, ticket.promoted);
+            entry.set(HAS_PASS, ticket.has_pass);
+            entry.set(REFRESH_DUE, true);
+            let mut shard = shared.tokens.lock_for(token);
+            shard.insert(*token, entry);
+            shared.tokens.note_added();
+        }
+        let mut passes = shared.passes.lock();
+        for pass in &snapshot.passes {
+            let left = pass.expires_at.0.saturating_sub(wall_now);
+            if left > 0 {
+                passes.insert(pass.token.as_str().into(), now.saturating_add(left as u64));
+            }
+        }
+        Ok(kept.len())
+    }
+}
+
+fn check_tokens<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<(), SnapshotError> {
+    let mut seen = HashSet::new();
+    for token in tokens {
+        if token.is_empty() {
+            return Err(SnapshotError::EmptyToken);
+        }
+        if token.chars().count() > MAX_TOKEN_LEN {
+            return Err(SnapshotError::TokenTooLong);
+        }
+        if !seen.insert(token) {
+            return Err(SnapshotError::DuplicateToken);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_and_parses_rfc3339() {
+        let time = WallTime(1_714_564_800_250);
+        assert_eq!(time.to_string(), "2024-05-01T12:00:00.250Z");
+        assert_eq!(WallTime::parse("2024-05-01T12:00:00.250Z"), Some(time));
+        assert_eq!(
+            WallTime::parse("2024-05-01T14:00:00.250123+02:00"),
+            Some(time)
+        );
+        assert_eq!(WallTime::parse("1970-01-01T00:00:00Z"), Some(WallTime(0)));
+        assert_eq!(WallTime::ZERO.to_string(), "0001-01-01T00:00:00Z");
+        assert_eq!(
+            WallTime::parse("0001-01-01T00:00:00Z"),
+            Some(WallTime::ZERO)
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "2024-13-01T00:00:00Z",
+            "2024-05-01T12:00:00",
+            "2024-05-01T12:00:00.Z",
+        ] {
+            assert_eq!(WallTime::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn system_time_round_trip() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(WallTime::from_system(now).to_system(), now);
+    }
+
+    #[test]
+    fn json_shape_matches_the_format() {
+        let snapshot = Snapshot {
+            version: 1,
+            exported_at: WallTime(0),
+            tickets: vec![SnapshotTicket {
+                token: "ab".into(),
+                created_at: WallTime(0),
+                last_seen: WallTime(0),
+                last_poll: WallTime::ZERO,
+                client_key: "203.0.113.7".into(),
+                seen: true,
+                promoted: false,
+                has_pass: false,
+            }],
+            passes: vec![],
+        };
+        let json = String::from_utf8(snapshot.to_json().unwrap()).unwrap();
+        assert_eq!(
+            json,
+            r#"{"version":1,"exported_at":"1970-01-01T00:00:00Z","tickets":[{"token":"ab","created_at":"1970-01-01T00:00:00Z","last_seen":"1970-01-01T00:00:00Z","last_poll":"0001-01-01T00:00:00Z","client_key":"203.0.113.7","seen":true}],"passes":[]}"#
+        );
+        assert_eq!(Snapshot::from_json(json.as_bytes()).unwrap(), snapshot);
+        assert!(matches!(
+            Snapshot::from_json(b"garbage"),
+            Err(SnapshotError::Json(_))
+        ));
+    }
+}

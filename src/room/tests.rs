@@ -1,0 +1,880 @@
+//! Behaviour of the waiting room as a whole (paused tokio clock unless noted).
+
+use super::*;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::time::advance;
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn settings(cap: u32) -> RoomSettings {
+    RoomSettings {
+        cap,
+        max_queue: 0,
+        token_ttl: TTL,
+        first_poll_grace: Duration::ZERO,
+        reaper: Duration::from_secs(36),
+        retry_after_secs: 5,
+        pricing: None,
+    }
+}
+
+fn waiting(decision: Decision) -> Waiting {
+    match decision {
+        Decision::Wait(waiting) => waiting,
+        other => panic!("expected to wait, got {other:?}"),
+    }
+}
+
+fn admission(decision: Decision) -> Admission {
+    match decision {
+        Decision::Admit(admission) => admission,
+        other => panic!("expected admission, got {other:?}"),
+    }
+}
+
+fn with_ticket(token: &str) -> Arrival<'_> {
+    Arrival {
+        ticket_cookie: Some(token),
+        ..Arrival::default()
+    }
+}
+
+async fn slot(room: &Room, decision: Decision) -> PageSlot {
+    match room.admit(admission(decision)).await {
+        AdmitResult::Admitted(slot) => slot,
+        AdmitResult::Requeued(waiting) => panic!("requeued at {}", waiting.position),
+    }
+}
+
+async fn enter(room: &Room) -> PageSlot {
+    slot(room, room.arrive(Arrival::default())).await
+}
+
+fn position(outcome: PollOutcome) -> u64 {
+    match outcome {
+        PollOutcome::Waiting { position, .. } | PollOutcome::Throttled { position } => position,
+        other => panic!("expected a position, got {other:?}"),
+    }
+}
+
+fn assert_accounting(room: &Room, in_flight: u64) {
+    let stats = room.stats();
+    assert_eq!(
+        stats.issued,
+        stats.now_serving + stats.ghosts + stats.live_queue_depth + in_flight,
+        "{stats:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_ttl_wait_with_polls_every_3s_refreshes_cookies_at_least_3_times() {
+    let room = Room::new(settings(1));
+    let _held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    let mut refreshes = 0;
+    for _ in 0..30 {
+        advance(Duration::from_secs(3)).await;
+        match room.poll(Some(&visitor.token)) {
+            PollOutcome::Waiting {
+                refresh_cookies,
+                position,
+                ..
+            } => {
+                assert_eq!(position, 1);
+                refreshes += usize::from(refresh_cookies);
+            }
+            other => panic!("visitor lost: {other:?}"),
+        }
+    }
+    assert!(refreshes >= 3, "{refreshes} refreshes");
+    assert_eq!(room.stats().live_queue_depth, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_cookie_refresh_when_fresh_or_throttled() {
+    let room = Room::new(settings(1));
+    let _held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    let refreshed = |outcome: PollOutcome| match outcome {
+        PollOutcome::Waiting {
+            refresh_cookies, ..
+        } => refresh_cookies,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(!refreshed(room.poll(Some(&visitor.token))), "fresh cookies");
+    advance(Duration::from_secs(11)).await;
+    assert!(
+        refreshed(room.poll(Some(&visitor.token))),
+        "a third of the TTL passed"
+    );
+    advance(Duration::from_millis(100)).await;
+    assert_eq!(
+        room.poll(Some(&visitor.token)),
+        PollOutcome::Throttled { position: 1 }
+    );
+    advance(Duration::from_millis(1_100)).await;
+    assert!(
+        !refreshed(room.poll(Some(&visitor.token))),
+        "refreshed a moment ago"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn poll_outcomes_missing_unknown_first_throttled_expired() {
+    let room = Room::new(settings(1));
+    let _held = enter(&room).await;
+    assert_eq!(room.poll(None), PollOutcome::CookiesRequired);
+    assert_eq!(room.poll(Some("not-a-real-ticket")), PollOutcome::Ready);
+    assert_eq!(room.poll(Some(&"0".repeat(32))), PollOutcome::Ready);
+    let visitor = waiting(room.arrive(Arrival::default()));
+    assert_eq!(visitor.position, 1);
+    assert_eq!(visitor.token.len(), 32);
+    assert!(
+        visitor
+            .token
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    );
+    assert_eq!(position(room.poll(Some(&visitor.token))), 1);
+    advance(Duration::from_millis(100)).await;
+    assert_eq!(
+        room.poll(Some(&visitor.token)),
+        PollOutcome::Throttled { position: 1 }
+    );
+    advance(TTL + Duration::from_secs(1)).await;
+    assert_eq!(room.poll(Some(&visitor.token)), PollOutcome::Ready);
+    let stats = room.stats();
+    assert_eq!(stats.live_queue_depth, 0);
+    assert_eq!(stats.evicted_total, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttled_polls_keep_the_token_alive() {
+    let room = Room::new(settings(1));
+    let _held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    let mut throttled = 0;
+    for _ in 0..120 {
+        advance(Duration::from_millis(600)).await;
+        if let PollOutcome::Throttled { .. } = room.poll(Some(&visitor.token)) {
+            throttled += 1;
+        }
+    }
+    assert!(throttled > 30);
+    assert_eq!(room.reap_now(), 0);
+    assert_eq!(position(room.poll(Some(&visitor.token))), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn rerender_marks_seen_so_first_poll_grace_spares_it() {
+    let room = Room::new(RoomSettings {
+        first_poll_grace: Duration::from_secs(10),
+        ..settings(1)
+    });
+    let _held = enter(&room).await;
+    let rerendered = waiting(room.arrive(Arrival::default()));
+    let silent = waiting(room.arrive(Arrival::default()));
+    advance(Duration::from_secs(5)).await;
+    assert_eq!(
+        waiting(room.arrive(with_ticket(&rerendered.token))).position,
+        1
+    );
+    advance(Duration::from_secs(6)).await;
+    assert_eq!(room.reap_now(), 1);
+    assert_eq!(room.poll(Some(&silent.token)), PollOutcome::Ready);
+    assert_eq!(position(room.poll(Some(&rerendered.token))), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cap1_ready_then_reaped_ticket_lets_next_arrival_in_on_fast_path() {
+    let room = Room::new(settings(1));
+    let held = enter(&room).await;
+    let _gone = waiting(room.arrive(Arrival::default()));
+    drop(held);
+    advance(TTL + Duration::from_secs(1)).await;
+    assert_eq!(room.reap_now(), 1);
+    let _next = enter(&room).await;
+    assert_eq!(room.stats().now_serving, 2);
+    assert_accounting(&room, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_on_poll_then_release_reaches_now_serving_2() {
+    let room = Room::new(settings(1));
+    let held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    advance(TTL + Duration::from_secs(1)).await;
+    assert_eq!(room.poll(Some(&visitor.token)), PollOutcome::Ready);
+    assert_eq!(room.stats().ghosts, 1);
+    drop(held);
+    let stats = room.stats();
+    assert_eq!(stats.now_serving, 2);
+    assert_eq!(stats.ghosts, 0);
+    assert_eq!(stats.occupancy, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_slot_wait_retires_the_token_and_counts_a_timeout() {
+    let room = Room::new(settings(1));
+    let held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    drop(held);
+    // Someone else holds the only slot, so the ready visitor has to wait for it.
+    let blocker = room.shared.gate.try_acquire().unwrap();
+    let claimed = admission(room.arrive(with_ticket(&visitor.token)));
+    assert_eq!(
+        room.stats().live_queue_depth,
+        0,
+        "claimed tokens leave the store"
+    );
+    let attempt = tokio::time::timeout(Duration::from_secs(1), room.admit(claimed)).await;
+    assert!(attempt.is_err());
+    let stats = room.stats();
+    assert_eq!(stats.timeouts_total, 1);
+    assert_eq!(stats.now_serving, 2);
+    assert_eq!(room.poll(Some(&visitor.token)), PollOutcome::Ready);
+    assert_accounting(&room, 0);
+    drop(blocker);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ready_visitor_waits_a_bounded_time_then_keeps_its_place() {
+    let room = Room::new(settings(1));
+    let held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    let behind = waiting(room.arrive(Arrival::default()));
+    drop(held);
+    let blocker = room.shared.gate.try_acquire().unwrap();
+    let started = Instant::now();
+    let claimed = admission(room.arrive(with_ticket(&visitor.token)));
+    let requeued = match room.admit(claimed).await {
+        AdmitResult::Requeued(waiting) => waiting,
+        AdmitResult::Admitted(_) => panic!("no slot was free"),
+    };
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
+    assert_eq!(requeued.token, visitor.token);
+    assert_eq!(requeued.position, 1);
+    assert_eq!(room.stats().timeouts_total, 0);
+    assert_eq!(room.poll(Some(&visitor.token)), PollOutcome::Ready);
+    assert_eq!(position(room.poll(Some(&behind.token))), 1);
+    drop(blocker);
+    let _inside = slot(&room, room.arrive(with_ticket(&visitor.token))).await;
+    assert_accounting(&room, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_admits_against_the_reaper_keep_every_ticket_accounted() {
+    let room = Room::new(RoomSettings {
+        token_ttl: Duration::from_millis(1),
+        ..settings(2)
+    });
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let room = Arc::clone(&room);
+        tasks.push(tokio::spawn(async move {
+            let mut token: Option<String> = None;
+            for _ in 0..300 {
+                let decision = room.arrive(Arrival {
+                    ticket_cookie: token.as_deref(),
+                    ..Arrival::default()
+                });
+                match decision {
+                    Decision::Admit(admission) => {
+                        token = None;
+                        if let AdmitResult::Requeued(waiting) = room.admit(admission).await {
+                            token = Some(waiting.token);
+                        }
+                    }
+                    Decision::Wait(waiting) => token = Some(waiting.token),
+                    Decision::Full => token = None,
+                }
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let reaper = {
+        let room = Arc::clone(&room);
+        tokio::spawn(async move {
+            for _ in 0..600 {
+                room.reap_now();
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    for task in tasks {
+        task.await.unwrap();
+    }
+    reaper.await.unwrap();
+    assert_accounting(&room, 0);
+    let stats = room.stats();
+    assert_eq!(stats.occupancy, 0);
+    assert_eq!(room.shared.gate.in_use(), 0);
+    assert!(stats.admitted_total > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn set_cap_one_to_two_with_ghost_two_consumes_it_and_readies_three() {
+    let room = Room::new(settings(1));
+    let _held = enter(&room).await;
+    let second = waiting(room.arrive(Arrival::default()));
+    let third = waiting(room.arrive(Arrival::default()));
+    assert!(room.remove_token(&second.token));
+    assert_eq!(room.stats().ghosts, 1);
+    room.reconfigure(settings(2));
+    let stats = room.stats();
+    assert_eq!(stats.ghosts, 0);
+    assert_eq!(stats.now_serving, 1);
+    assert_eq!(stats.cap, 2);
+    let _third_inside = slot(&room, room.arrive(with_ticket(&third.token))).await;
+    assert_accounting(&room, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn triple_ghost_ahead_never_yields_a_non_positive_position() {
+    let room = Room::new(settings(1));
+    let held = enter(&room).await;
+    let ahead: Vec<Waiting> = (0..3)
+        .map(|_| waiting(room.arrive(Arrival::default())))
+        .collect();
+    let last = waiting(room.arrive(Arrival::default()));
+    assert_eq!(last.position, 4);
+    for (gone, visitor) in ahead.iter().enumerate() {
+        assert!(room.remove_token(&visitor.token));
+        advance(Duration::from_millis(1_100)).await;
+        assert_eq!(position(room.poll(Some(&last.token))), 3 - gone as u64);
+    }
+    advance(Duration::from_millis(100)).await;
+    assert_eq!(
+        room.poll(Some(&last.token)),
+        PollOutcome::Throttled { position: 1 }
+    );
+    drop(held);
+    advance(Duration::from_millis(1_100)).await;
+    assert_eq!(room.poll(Some(&last.token)), PollOutcome::Ready);
+}
+
+#[tokio::test(start_paused = true)]
+async fn breaker_trips_at_max_queue_and_ghosts_do_not_count() {
+    let room = Room::new(RoomSettings {
+        max_queue: 1,
+        ..settings(1)
+    });
+    let _held = enter(&room).await;
+    let first = waiting(room.arrive(Arrival::default()));
+    assert!(matches!(room.arrive(Arrival::default()), Decision::Full));
+    assert_eq!(room.stats().max_queue_depth, 1);
+    assert!(room.remove_token(&first.token));
+    let _again = waiting(room.arrive(Arrival::default()));
+    assert!(matches!(room.arrive(Arrival::default()), Decision::Full));
+}
+
+#[tokio::test(start_paused = true)]
+async fn visitors_are_admitted_in_arrival_order() {
+    let room = Room::new(settings(1));
+    let mut held = enter(&room).await;
+    let visitors: Vec<Waiting> = (0..6)
+        .map(|_| waiting(room.arrive(Arrival::default())))
+        .collect();
+    let mut order = Vec::new();
+    for _ in 0..visitors.len() {
+        drop(held);
+        let mut admitted = None;
+        // Everyone comes back, latest first; only the front of the line may enter.
+        for (index, visitor) in visitors.iter().enumerate().rev() {
+            if order.contains(&index) {
+                continue;
+            }
+            match room.arrive(with_ticket(&visitor.token)) {
+                Decision::Admit(claimed) => {
+                    assert!(admitted.is_none(), "two visitors ready for one slot");
+                    admitted = Some((index, claimed));
+                }
+                Decision::Wait(_) => {}
+                Decision::Full => panic!("no breaker configured"),
+            }
+        }
+        let (index, claimed) = admitted.expect("someone is ready");
+        order.push(index);
+        held = match room.admit(claimed).await {
+            AdmitResult::Admitted(slot) => slot,
+            AdmitResult::Requeued(_) => panic!("slot was free"),
+        };
+    }
+    assert_eq!(order, vec![0, 1, 2, 3, 4, 5]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn vip_pass_promotes_to_front_once_without_ties() {
+    let room = Room::new(settings(1));
+    let held = enter(&room).await;
+    let regular: Vec<Waiting> = (0..3)
+        .map(|_| waiting(room.arrive(Arrival::default())))
+        .collect();
+    room.add_pass("vip-pass", Duration::from_secs(3_600));
+    let vip_arrival = Arrival {
+        pass_cookie: Some("vip-pass"),
+        ..Arrival::default()
+    };
+    let vip = waiting(room.arrive(vip_arrival));
+    assert_eq!(vip.position, 1);
+    for (index, visitor) in regular.iter().enumerate() {
+        assert_eq!(position(room.poll(Some(&visitor.token))), index as u64 + 2);
+    }
+    let again = waiting(room.arrive(Arrival {
+        ticket_cookie: Some(&vip.token),
+        pass_cookie: Some("vip-pass"),
+        client: None,
+    }));
+    assert_eq!(again.position, 1);
+    assert_eq!(room.stats().promoted_total, 1);
+    match room.poll(Some(&vip.token)) {
+        PollOutcome::Waiting { has_pass, .. } => assert!(has_pass),
+        other => panic!("{other:?}"),
+    }
+    drop(held);
+    advance(Duration::from_secs(2)).await;
+    assert_eq!(room.poll(Some(&vip.token)), PollOutcome::Ready);
+    assert_eq!(
+        position(room.poll(Some(&regular[0].token))),
+        1,
+        "exactly one ready"
+    );
+    assert_accounting(&room, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queue_hook_runs_inline_with_the_stale_ticket_flag() {
+    let room = Room::new(settings(1));
+    let _held = enter(&room).await;
+    let events: Arc<Mutex<Vec<QueueEvent>>> = Arc::default();
+    let sink = Arc::clone(&events);
+    room.set_queue_hook(Arc::new(move |event: &QueueEvent| sink.lock().push(*event)));
+    let client: IpAddr = "203.0.113.7".parse().unwrap();
+    waiting(room.arrive(Arrival {
+        client: Some(client),
+        ..Arrival::default()
+    }));
+    assert_eq!(
+        events.lock().as_slice(),
+        &[QueueEvent {
+            client: Some(client),
+            stale_ticket: false
+        }]
+    );
+    waiting(room.arrive(with_ticket("not-a-real-ticket")));
+    assert!(events.lock()[1].stale_ticket);
+    assert_eq!(room.stats().queued_total, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn removals_by_predicate_and_by_token_are_counted() {
+    let room = Room::new(settings(1));
+    let _held = enter(&room).await;
+    let a: IpAddr = "203.0.113.7".parse().unwrap();
+    let b: IpAddr = "198.51.100.4".parse().unwrap();
+    let arrive = |client| {
+        waiting(room.arrive(Arrival {
+            client: Some(client),
+            ..Arrival::default()
+        }))
+    };
+    let (_a1, b1, _a2) = (arrive(a), arrive(b), arrive(a));
+    assert_eq!(room.remove_where(|info| info.client == Some(a)), 2);
+    assert_eq!(room.stats().live_queue_depth, 1);
+    assert_eq!(position(room.poll(Some(&b1.token))), 1);
+    assert!(room.remove_token(&b1.token));
+    assert!(!room.remove_token(&b1.token));
+    assert!(!room.remove_token("nope"));
+    let stats = room.stats();
+    assert_eq!(stats.removed_total, 3);
+    assert_eq!(stats.queue_depth, 0);
+    assert_accounting(&room, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn admin_promotion_and_line_listing() {
+    let room = Room::new(settings(1));
+    let _held = enter(&room).await;
+    let visitors: Vec<Waiting> = (0..4)
+        .map(|_| waiting(room.arrive(Arrival::default())))
+        .collect();
+    assert_eq!(room.promote(&visitors[3].token, 1), Ok(true));
+    assert_eq!(room.promote(&visitors[3].token, 1), Ok(false));
+    assert_eq!(
+        room.promote(&"f".repeat(32), 1),
+        Err(RoomPromoteError::NotFound)
+    );
+    let front = room.line_front(3);
+    let tokens: Vec<String> = front.iter().map(|row| row.info.token_hex()).collect();
+    assert_eq!(
+        tokens,
+        vec![
+            visitors[3].token.clone(),
+            visitors[0].token.clone(),
+            visitors[1].token.clone()
+        ]
+    );
+    let positions: Vec<i64> = front.iter().map(|row| row.position).collect();
+    assert_eq!(positions, vec![1, 2, 3]);
+    assert!(front[0].info.promoted);
+    assert!(room.set_ticket_rank(&visitors[0].token, 3));
+    assert_eq!(room.line_front(2)[1].info.rank, 3);
+    assert!(room.is_busy());
+}
+
+#[tokio::test(start_paused = true)]
+async fn promoting_a_ready_visitor_is_refused() {
+    let room = Room::new(settings(1));
+    let held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    drop(held);
+    assert_eq!(
+        room.promote(&visitor.token, 1),
+        Err(RoomPromoteError::Refused(PromoteError::AlreadyReady))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn estimate_becomes_known_once_the_line_moves() {
+    let room = Room::new(settings(1));
+    let held = enter(&room).await;
+    let early = waiting(room.arrive(Arrival::default()));
+    assert!(!early.estimate.known, "nothing has moved yet");
+    assert_eq!(early.estimate, WaitEstimate::UNKNOWN);
+    drop(held);
+    drop(slot(&room, room.arrive(with_ticket(&early.token))).await);
+    // One visit every two seconds for forty seconds.
+    for _ in 0..20 {
+        advance(Duration::from_secs(2)).await;
+        drop(enter(&room).await);
+    }
+    let _held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    assert!(visitor.estimate.known, "{:?}", visitor.estimate);
+    assert!(visitor.estimate.min_secs >= 1, "{:?}", visitor.estimate);
+    assert!(visitor.estimate.min_secs <= visitor.estimate.max_secs);
+    assert!(visitor.estimate.max_secs <= 6, "{:?}", visitor.estimate);
+    assert!(room.stats().admission_rate > 0.3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reaper_task_reaps_and_stops() {
+    let room = Room::new(RoomSettings {
+        reaper: Duration::from_secs(5),
+        ..settings(1)
+    });
+    let held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    let task = room.spawn_reaper();
+    tokio::time::sleep(TTL + Duration::from_secs(6)).await;
+    assert_eq!(room.stats().live_queue_depth, 0);
+    assert_eq!(room.poll(Some(&visitor.token)), PollOutcome::Ready);
+    room.stop_reaper();
+    tokio::time::timeout(Duration::from_secs(1), task)
+        .await
+        .unwrap()
+        .unwrap();
+    let task = room.spawn_reaper();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(
+        !task.is_finished(),
+        "a new reaper runs after an earlier stop"
+    );
+    drop(held);
+    drop(room);
+    tokio::time::timeout(Duration::from_secs(600), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+fn wall(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+#[tokio::test(start_paused = true)]
+async fn snapshot_round_trip_keeps_order_tokens_and_ages_and_drops_the_dead() {
+    let source = Room::new(settings(1));
+    let held = enter(&source).await;
+    let dead = waiting(source.arrive(Arrival::default()));
+    advance(TTL + Duration::from_secs(5)).await;
+    let client: IpAddr = "203.0.113.7".parse().unwrap();
+    let first = waiting(source.arrive(Arrival {
+        client: Some(client),
+        ..Arrival::default()
+    }));
+    let second = waiting(source.arrive(Arrival::default()));
+    let third = waiting(source.arrive(Arrival::default()));
+    assert_eq!(
+        position(source.poll(Some(&first.token))),
+        2,
+        "dead one still counts"
+    );
+    assert!(source.promote(&third.token, 3).unwrap());
+    source.add_pass("vip", Duration::from_secs(600));
+    advance(Duration::from_secs(4)).await;
+    let snapshot = source.export_snapshot(wall(1_000_000));
+    drop(held);
+    assert_eq!(snapshot.tickets.len(), 4);
+    assert_eq!(snapshot.tickets[0].token, dead.token);
+    let json = snapshot.to_json().unwrap();
+    let restored = Snapshot::from_json(&json).unwrap();
+
+    let target = Room::new(settings(1));
+    // Restarted 2 minutes later: the downtime is not held against anyone.
+    assert_eq!(
+        target
+            .import_snapshot(restored.clone(), wall(1_000_120))
+            .unwrap(),
+        3
+    );
+    let front = target.line_front(10);
+    let tokens: Vec<String> = front.iter().map(|row| row.info.token_hex()).collect();
+    assert_eq!(
+        tokens,
+        vec![
+            first.token.clone(),
+            third.token.clone(),
+            second.token.clone()
+        ]
+    );
+    assert!(front[0].ready, "cap 1: the first restored ticket may enter");
+    assert_eq!(front[1].position, 1);
+    assert_eq!(front[2].position, 2);
+    assert_eq!(front[0].info.client, Some(client));
+    assert!(front[0].info.seen && !front[2].info.seen);
+    assert!(front[1].info.promoted);
+    assert_eq!(front[0].info.last_seen.elapsed(), Duration::from_secs(4));
+    assert_eq!(front[2].info.joined.elapsed(), Duration::from_secs(4));
+    match target.poll(Some(&second.token)) {
+        PollOutcome::Waiting {
+            refresh_cookies, ..
+        } => assert!(
+            refresh_cookies,
+            "restored cookies are re-sent on the first poll"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(target.pass_valid("vip"));
+    assert!(matches!(
+        target.import_snapshot(restored.clone(), wall(1_000_120)),
+        Err(SnapshotError::NotPristine)
+    ));
+    // A pass that expired during the downtime is dropped.
+    let late = Room::new(settings(1));
+    late.import_snapshot(restored, wall(1_010_000)).unwrap();
+    assert!(!late.pass_valid("vip"));
+}
+
+#[test]
+fn snapshot_import_rejects_bad_version_and_tokens() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = runtime.enter();
+    let ticket = |token: &str| SnapshotTicket {
+        token: token.to_string(),
+        created_at: WallTime(0),
+        last_seen: WallTime(0),
+        last_poll: WallTime::ZERO,
+        client_key: String::new(),
+        seen: false,
+        promoted: false,
+        has_pass: false,
+    };
+    let snapshot = |tickets: Vec<SnapshotTicket>| Snapshot {
+        version: 1,
+        exported_at: WallTime(0),
+        tickets,
+        passes: Vec::new(),
+    };
+    let room = Room::new(settings(1));
+    let import = |snapshot: Snapshot| room.import_snapshot(snapshot, wall(0));
+    assert!(matches!(
+        import(Snapshot {
+            version: 2,
+            ..snapshot(Vec::new())
+        }),
+        Err(SnapshotError::Version(2))
+    ));
+    assert!(matches!(
+        import(snapshot(vec![ticket("")])),
+        Err(SnapshotError::EmptyToken)
+    ));
+    assert!(matches!(
+        import(snapshot(vec![ticket(&"a".repeat(257))])),
+        Err(SnapshotError::TokenTooLong)
+    ));
+    let token = "ab".repeat(16);
+    assert!(matches!(
+        import(snapshot(vec![ticket(&token), ticket(&token)])),
+        Err(SnapshotError::DuplicateToken)
+    ));
+    assert_eq!(import(snapshot(vec![ticket(&token)])).unwrap(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pricing_reports_rate_and_skip_cost_without_a_pass() {
+    let room = Room::new(RoomSettings {
+        pricing: Pricing::new(1.0, 0.5),
+        ..settings(1)
+    });
+    let _held = enter(&room).await;
+    let _front = waiting(room.arrive(Arrival::default()));
+    let back = waiting(room.arrive(Arrival::default()));
+    match room.poll(Some(&back.token)) {
+        PollOutcome::Waiting {
+            position,
+            rate_per_pos,
+            skip_cost,
+            ..
+        } => {
+            assert_eq!(position, 2);
+            assert_eq!(rate_per_pos, Some(2.0));
+            assert_eq!(skip_cost, Some(2.0));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(Pricing::new(0.0, 0.0).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shrinking_cap_with_holders_never_over_admits() {
+    let room = Room::new(settings(4));
+    let holders: Vec<PageSlot> = {
+        let mut slots = Vec::new();
+        for _ in 0..4 {
+            slots.push(enter(&room).await);
+        }
+        slots
+    };
+    room.reconfigure(settings(1));
+    let waiter = waiting(room.arrive(Arrival::default()));
+    drop(holders);
+    assert_eq!(room.shared.gate.in_use(), 0);
+    let _inside = slot(&room, room.arrive(with_ticket(&waiter.token))).await;
+    assert!(room.shared.gate.try_acquire().is_none());
+    assert_accounting(&room, 1);
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Arrive,
+        Return(usize),
+        Release(usize),
+        Remove(usize),
+        Reap(u64),
+        SetCap(u32),
+        Poll(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => Just(Op::Arrive),
+            3 => any::<usize>().prop_map(Op::Return),
+            3 => any::<usize>().prop_map(Op::Release),
+            1 => any::<usize>().prop_map(Op::Remove),
+            1 => (0u64..40).prop_map(Op::Reap),
+            1 => (1u32..5).prop_map(Op::SetCap),
+            2 => any::<usize>().prop_map(Op::Poll),
+        ]
+    }
+
+    async fn run(room: &Room, ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let mut tokens: Vec<String> = Vec::new();
+        let mut slots: Vec<PageSlot> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Arrive | Op::Return(_) => {
+                    let cookie = match op {
+                        Op::Return(i) if !tokens.is_empty() => {
+                            Some(tokens.remove(i % tokens.len()))
+                        }
+                        _ => None,
+                    };
+                    match room.arrive(Arrival {
+                        ticket_cookie: cookie.as_deref(),
+                        ..Arrival::default()
+                    }) {
+                        Decision::Admit(claimed) => match room.admit(claimed).await {
+                            AdmitResult::Admitted(slot) => slots.push(slot),
+                            AdmitResult::Requeued(waiting) => {
+                                prop_assert!(waiting.position >= 1);
+                                tokens.push(waiting.token);
+                            }
+                        },
+                        Decision::Wait(waiting) => {
+                            prop_assert!(waiting.position >= 1);
+                            tokens.push(waiting.token);
+                        }
+                        Decision::Full => prop_assert!(false, "no breaker configured"),
+                    }
+                }
+                Op::Release(i) if !slots.is_empty() => {
+                    drop(slots.swap_remove(i % slots.len()));
+                }
+                Op::Remove(i) if !tokens.is_empty() => {
+                    let token = tokens.swap_remove(i % tokens.len());
+                    room.remove_token(&token);
+                }
+                Op::Reap(seconds) => {
+                    advance(Duration::from_secs(seconds)).await;
+                    room.reap_now();
+                }
+                Op::SetCap(cap) => room.reconfigure(settings(cap)),
+                Op::Poll(i) if !tokens.is_empty() => {
+                    advance(Duration::from_millis(1_001)).await;
+                    match room.poll(Some(&tokens[i % tokens.len()])) {
+                        PollOutcome::Waiting { position, .. }
+                        | PollOutcome::Throttled { position } => {
+                            prop_assert!(position >= 1)
+                        }
+                        PollOutcome::Ready => {}
+                        PollOutcome::CookiesRequired => prop_assert!(false, "cookie was sent"),
+                    }
+                }
+                _ => {}
+            }
+            let stats = room.stats();
+            prop_assert_eq!(
+                stats.issued,
+                stats.now_serving + stats.ghosts + stats.live_queue_depth + slots.len() as u64
+            );
+            prop_assert_eq!(stats.occupancy, slots.len() as u64);
+            for row in room.line_front(usize::MAX >> 1) {
+                prop_assert!(row.ready || row.position >= 1);
+            }
+        }
+        drop(slots);
+        let stats = room.stats();
+        prop_assert_eq!(
+            stats.issued,
+            stats.now_serving + stats.ghosts + stats.live_queue_depth
+        );
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn random_room_traffic_keeps_every_ticket_accounted(
+            cap in 1u32..4,
+            ops in proptest::collection::vec(op(), 1..80),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let room = Room::new(settings(cap));
+                run(&room, ops).await
+            })?;
+        }
+    }
+}

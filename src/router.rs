@@ -1,0 +1,475 @@
+//! The request pipeline, in order. Reading [`handle`] tells where any request goes:
+//!
+//! 1. hardening: request-target length, path normalisation (the origin gets the path the rules saw);
+//! 2. identify: the client address (socket peer, or trusted proxies' `X-Forwarded-For`);
+//! 3. reserved routes answered locally for every method and trailing slash: `/_room/…` (ops),
+//!    `/_concert/…` (waiting-page files and config), `/queue/status`;
+//! 4. `-bypass` paths: straight to the proxy;
+//! 5. everything else is gated: API-JSON interceptor + waiting room, then the proxy with the page
+//!    slot held until the response body has been delivered.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use crate::client::{is_html_client, resolve_client};
+use crate::config::paths::{RouteKind, normalize_request_path};
+use crate::cookies::read_cookie;
+use crate::proxy::{ForwardContext, SlotHold};
+use crate::rejection::Rejection;
+use crate::room::{AdmitResult, Arrival, Decision, PollOutcome, Waiting};
+use crate::server::ConnInfo;
+use crate::{App, Generation};
+
+/// Longest request target (path + query) Concert forwards; longer ones get 414.
+pub const MAX_TARGET_BYTES: usize = 8 * 1024;
+
+pub const TICKET_COOKIE: &str = "room_ticket";
+pub const PROBE_COOKIE: &str = "room_probe";
+pub const PASS_COOKIE: &str = "room_pass";
+
+const JSON: HeaderValue = HeaderValue::from_static("application/json; charset=utf-8");
+const HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+
+/// Where a request goes after the reserved prefixes and path lists are consulted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Ops,
+    ConcertFiles,
+    QueueStatus,
+    Bypass,
+    Gated,
+}
+
+/// What the pipeline learned about a request before routing it.
+pub struct RequestInfo {
+    pub conn: ConnInfo,
+    pub client: Option<IpAddr>,
+    pub html: bool,
+    /// Normalised path plus the original query: what the origin receives.
+    pub target: String,
+    /// Length of the path part of `target`.
+    pub path_len: usize,
+}
+
+impl RequestInfo {
+    pub fn path(&self) -> &str {
+        &self.target[..self.path_len]
+    }
+}
+
+/// The pipeline. Never panics on input; every refusal is a [`Rejection`].
+pub async fn handle(app: Arc<App>, conn: ConnInfo, req: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
+    let generation = app.generation();
+    let method = req.method().clone();
+
+    let info = match inspect(&generation, conn, &req) {
+        Ok(info) => info,
+        Err(rejection) => {
+            app.counters
+                .bad_requests_total
+                .fetch_add(1, Ordering::Relaxed);
+            return rejection.into_response(is_html_client(req.headers()));
+        }
+    };
+    let stage = classify(&generation, info.path());
+    let response = match stage {
+        Stage::Ops => crate::ops::handle(&app, &generation, &info, req).await,
+        Stage::ConcertFiles => concert_files(&generation, &method, info.path()),
+        Stage::QueueStatus => queue_status(&app, &generation, &info, &req),
+        Stage::Bypass => forward(&app, &generation, &info, req, None).await,
+        Stage::Gated => gated(&app, &generation, &info, req).await,
+    };
+    if generation.config.access_log && logs_access(stage, info.path()) {
+        log_access(&info, &method, response.status(), started);
+    }
+    response
+}
+
+/// Checks the request target and resolves the client before anything else looks at them.
+fn inspect(
+    generation: &Generation,
+    conn: ConnInfo,
+    req: &Request<Incoming>,
+) -> Result<RequestInfo, Rejection> {
+    let uri = req.uri();
+    let raw_target = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+    if raw_target.len() > MAX_TARGET_BYTES {
+        return Err(Rejection::UriTooLong);
+    }
+    let path = normalize_request_path(uri.path())
+        .map_err(|e| Rejection::BadRequest(format!("path: {e}")))?;
+    let mut target = String::with_capacity(raw_target.len() + 1);
+    target.push_str(&path);
+    let path_len = target.len();
+    if let Some(query) = uri.query() {
+        target.push('?');
+        target.push_str(query);
+    }
+    let config = &generation.config;
+    let client = resolve_client(conn.peer, req.headers(), |ip| {
+        config.trusted_proxies.contains(ip)
+    });
+    Ok(RequestInfo {
+        conn,
+        client,
+        html: is_html_client(req.headers()),
+        target,
+        path_len,
+    })
+}
+
+/// Reserved prefixes first (they can never be claimed by a path list), then the path lists.
+pub fn classify(generation: &Generation, path: &str) -> Stage {
+    if under(path, "/_room") {
+        return Stage::Ops;
+    }
+    if under(path, "/_concert") {
+        return Stage::ConcertFiles;
+    }
+    if path == "/queue/status" || path == "/queue/status/" {
+        return Stage::QueueStatus;
+    }
+    match generation.routes.classify(path) {
+        Some(RouteKind::Bypass) => Stage::Bypass,
+        // The asset tier and stream guard are not separate stages yet: their paths are served as
+        // pages, under the page cap, which is safe for the origin.
+        Some(_) | None => Stage::Gated,
+    }
+}
+
+fn under(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+fn logs_access(stage: Stage, path: &str) -> bool {
+    !matches!(stage, Stage::QueueStatus | Stage::ConcertFiles)
+        && path != "/_room/healthz"
+        && path != "/_room/healthz/"
+}
+
+fn log_access(info: &RequestInfo, method: &Method, status: StatusCode, started: Instant) {
+    let client = info.client.map(|ip| ip.to_string()).unwrap_or_default();
+    tracing::info!(
+        target: "concert::access",
+        status = status.as_u16(),
+        latency_us = started.elapsed().as_micros() as u64,
+        client = %client,
+        method = %method,
+        path = %info.target,
+    );
+}
+
+/// Hands a request to the origin. `hold` keeps a slot busy until the response is delivered.
+async fn forward(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<Incoming>,
+    hold: Option<SlotHold>,
+) -> Response<Body> {
+    let peer_trusted = info
+        .conn
+        .peer
+        .is_some_and(|peer| generation.config.trusted_proxies.contains(peer));
+    let ctx = ForwardContext {
+        peer: info.conn.peer,
+        peer_trusted,
+        via_tls: info.conn.tls,
+        path_and_query: info.target.clone(),
+    };
+    app.counters.proxied_total.fetch_add(1, Ordering::Relaxed);
+    generation
+        .proxy
+        .forward(req.map(Body::new), ctx, hold)
+        .await
+}
+
+/// The catch-all: the waiting room decides, the proxy serves.
+async fn gated(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let arrival = Arrival {
+        ticket_cookie: read_cookie(req.headers(), TICKET_COOKIE),
+        pass_cookie: read_cookie(req.headers(), PASS_COOKIE),
+        client: info.client,
+    };
+    let admission = match app.room.arrive(arrival) {
+        Decision::Admit(admission) => admission,
+        Decision::Wait(waiting) => return waiting_response(generation, info, &waiting),
+        Decision::Full => {
+            let retry_after = generation.config.effective_retry_after();
+            return Rejection::QueueFull { retry_after }.into_response(info.html);
+        }
+    };
+    // Waiting for a slot ends early if the client goes away: hyper drops this future, the
+    // admission is dropped with it, and the room retires the ticket.
+    match app.room.admit(admission).await {
+        AdmitResult::Admitted(slot) => {
+            forward(app, generation, info, req, Some(Box::new(slot))).await
+        }
+        AdmitResult::Requeued(waiting) => waiting_response(generation, info, &waiting),
+    }
+}
+
+/// A queued visitor's answer: the waiting page for browsers (and for everyone with
+/// `-api-json=false`), or 429 JSON for API clients. Both carry the room cookies.
+fn waiting_response(
+    generation: &Generation,
+    info: &RequestInfo,
+    waiting: &Waiting,
+) -> Response<Body> {
+    let config = &generation.config;
+    let retry_after = config.effective_retry_after();
+    let mut response = if info.html || !config.api_json {
+        let page = generation.page.render(waiting.position, &config.skip_url);
+        let mut response = Response::new(Body::from(page));
+        response.headers_mut().insert(header::CONTENT_TYPE, HTML);
+        response
+    } else {
+        let body = format!(
+            "{{\"hint\":\"keep the room_ticket cookie and retry to hold your position\",\"queued\":true,\"retry_after_seconds\":{retry_after},\"status_url\":\"/queue/status\"}}"
+        );
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        response.headers_mut().insert(header::CONTENT_TYPE, JSON);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        response
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, NO_STORE);
+    append_room_cookies(generation, info, headers, &waiting.token);
+    response
+}
+
+fn append_room_cookies(
+    generation: &Generation,
+    info: &RequestInfo,
+    headers: &mut http::HeaderMap,
+    token: &str,
+) {
+    let max_age = generation.ticket_max_age;
+    let tls = info.conn.tls;
+    headers.append(
+        header::SET_COOKIE,
+        generation
+            .cookies
+            .set(TICKET_COOKIE, token, max_age, true, tls),
+    );
+    headers.append(
+        header::SET_COOKIE,
+        generation
+            .cookies
+            .set(PROBE_COOKIE, "1", max_age, false, tls),
+    );
+}
+
+/// `GET /queue/status`: the waiting page's poll. `OPTIONS` → 204; other methods → 405.
+fn queue_status(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: &Request<Incoming>,
+) -> Response<Body> {
+    match *req.method() {
+        Method::GET | Method::HEAD => {}
+        Method::OPTIONS => {
+            let mut response = Response::new(Body::empty());
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            response.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static("GET, HEAD, OPTIONS"),
+            );
+            return response;
+        }
+        _ => {
+            return Rejection::MethodNotAllowed {
+                allow: "GET, HEAD, OPTIONS",
+            }
+            .into_response(false);
+        }
+    }
+    let ticket = read_cookie(req.headers(), TICKET_COOKIE);
+    let outcome = app.room.poll(ticket);
+    let (status, body, refresh) = status_body(&outcome);
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, JSON);
+    headers.insert(header::CACHE_CONTROL, NO_STORE);
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if let (true, Some(token)) = (refresh, ticket) {
+        append_room_cookies(generation, info, headers, token);
+    }
+    response
+}
+
+/// The JSON of one poll outcome (zero values omitted, as the page expects), its status, and
+/// whether the room cookies must be re-sent.
+pub fn status_body(outcome: &PollOutcome) -> (StatusCode, String, bool) {
+    use serde_json::{Map, Value, json};
+    match outcome {
+        PollOutcome::CookiesRequired => (
+            StatusCode::OK,
+            r#"{"ready":false,"cookies_required":true}"#.to_string(),
+            false,
+        ),
+        PollOutcome::Ready => (StatusCode::OK, r#"{"ready":true}"#.to_string(), false),
+        PollOutcome::Throttled { position } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(r#"{{"ready":false,"position":{position}}}"#),
+            false,
+        ),
+        PollOutcome::Waiting {
+            position,
+            utilization,
+            has_pass,
+            refresh_cookies,
+            rate_per_pos,
+            skip_cost,
+            estimate,
+        } => {
+            let mut map = Map::new();
+            map.insert("ready".into(), Value::Bool(false));
+            map.insert("position".into(), json!(position));
+            if *utilization != 0.0 {
+                map.insert("utilization".into(), json!(utilization));
+            }
+            if let Some(cost) = skip_cost.filter(|c| *c != 0.0) {
+                map.insert("skip_cost".into(), json!(cost));
+            }
+            if let Some(rate) = rate_per_pos.filter(|r| *r != 0.0) {
+                map.insert("rate_per_pos".into(), json!(rate));
+            }
+            if *has_pass {
+                map.insert("has_pass".into(), Value::Bool(true));
+            }
+            map.insert("wait_known".into(), Value::Bool(estimate.known));
+            if estimate.known {
+                map.insert("wait_min_seconds".into(), json!(estimate.min_secs));
+                map.insert("wait_max_seconds".into(), json!(estimate.max_secs));
+            }
+            (
+                StatusCode::OK,
+                Value::Object(map).to_string(),
+                *refresh_cookies,
+            )
+        }
+    }
+}
+
+/// `/_concert/…`: the waiting page's own files and the skip-link config. The fast lane itself is
+/// not part of this build, so its other routes answer as the original does when it is off.
+fn concert_files(generation: &Generation, method: &Method, path: &str) -> Response<Body> {
+    let path = path
+        .strip_suffix('/')
+        .filter(|p| !p.is_empty())
+        .unwrap_or(path);
+    if path == "/_concert/config" {
+        if !matches!(*method, Method::GET | Method::HEAD) {
+            return Rejection::MethodNotAllowed { allow: "GET, HEAD" }.into_response(false);
+        }
+        let body = serde_json::json!({
+            "enabled": false,
+            "legacy_skip_url": generation.config.skip_url,
+        })
+        .to_string();
+        return json_response(StatusCode::OK, body);
+    }
+    if let Some((content_type, body)) = crate::room::page::concert_asset(path) {
+        if !matches!(*method, Method::GET | Method::HEAD) {
+            return Rejection::MethodNotAllowed { allow: "GET, HEAD" }.into_response(false);
+        }
+        let mut response = Response::new(Body::from(body));
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(header::CACHE_CONTROL, NO_STORE);
+        headers.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        headers.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'self'; img-src 'self' data: https:"),
+        );
+        return response;
+    }
+    json_response(
+        StatusCode::NOT_FOUND,
+        r#"{"error":"fast_lane_disabled"}"#.to_string(),
+    )
+}
+
+pub fn json_response(status: StatusCode, body: String) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, JSON);
+    headers.insert(header::CACHE_CONTROL, NO_STORE);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::room::WaitEstimate;
+
+    #[test]
+    fn reserved_prefixes_match_whole_segments_only() {
+        assert!(under("/_room", "/_room"));
+        assert!(under("/_room/stats/", "/_room"));
+        assert!(!under("/_roomy", "/_room"));
+        assert!(!under("/x/_room", "/_room"));
+    }
+
+    #[test]
+    fn status_json_omits_zero_values_and_reports_the_estimate() {
+        let (status, body, refresh) = status_body(&PollOutcome::Waiting {
+            position: 4,
+            utilization: 0.0,
+            has_pass: false,
+            refresh_cookies: true,
+            rate_per_pos: None,
+            skip_cost: None,
+            estimate: WaitEstimate {
+                known: true,
+                min_secs: 40,
+                max_secs: 70,
+            },
+        });
+        assert_eq!(status, StatusCode::OK);
+        assert!(refresh);
+        let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(value["ready"], false);
+        assert_eq!(value["position"], 4);
+        assert!(value.get("utilization").is_none());
+        assert!(value.get("has_pass").is_none());
+        assert_eq!(value["wait_known"], true);
+        assert_eq!(value["wait_min_seconds"], 40);
+        assert_eq!(value["wait_max_seconds"], 70);
+
+        let (status, body, _) = status_body(&PollOutcome::Throttled { position: 2 });
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(body, r#"{"ready":false,"position":2}"#);
+        assert_eq!(status_body(&PollOutcome::Ready).1, r#"{"ready":true}"#);
+    }
+}

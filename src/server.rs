@@ -1,0 +1,253 @@
+//! Listeners and connections: binding Go-style addresses, serving HTTP/1.1 and h2c with the
+//! hardening limits, panic recovery per request, and graceful shutdown.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use futures_util::FutureExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::App;
+
+/// Slow clients get this long to send a request head (slowloris); it also bounds how long an idle
+/// keep-alive connection is kept.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most headers one request may carry before it is answered 431.
+pub const MAX_HEADERS: usize = 128;
+/// Largest read buffer per connection; a request head that does not fit is answered 431.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("listen {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("server task failed: {0}")]
+    Task(String),
+}
+
+/// What the request pipeline knows about the connection a request came on.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnInfo {
+    /// Socket peer, IPv4-mapped addresses unmapped.
+    pub peer: Option<IpAddr>,
+    /// Whether the connection is Concert's own TLS.
+    pub tls: bool,
+}
+
+/// Parses a listen address the way Go does: `:8080` means every interface, `host:port` a host.
+pub fn parse_listen(addr: &str) -> Result<Vec<SocketAddr>, String> {
+    let addr = addr.trim();
+    if let Some(port) = addr.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| format!("bad port in {addr:?}"))?;
+        // Both families, IPv6 first: on a dual-stack host one socket serves both.
+        return Ok(vec![
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port),
+            SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), port),
+        ]);
+    }
+    if let Ok(socket) = addr.parse::<SocketAddr>() {
+        return Ok(vec![socket]);
+    }
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("missing port in {addr:?}"))?;
+    let port: u16 = port.parse().map_err(|_| format!("bad port in {addr:?}"))?;
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
+    match host.trim_matches(['[', ']']).parse::<IpAddr>() {
+        Ok(ip) => Ok(vec![SocketAddr::new(ip, port)]),
+        Err(_) => Err(format!(
+            "host in {addr:?} must be an IP address or localhost"
+        )),
+    }
+}
+
+/// Binds the main listener. Errors name the address, as operators grep for `listen`.
+pub async fn bind(addr: &str) -> Result<TcpListener, ServeError> {
+    let candidates = parse_listen(addr).map_err(|msg| ServeError::Listen {
+        addr: addr.to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, msg),
+    })?;
+    let mut last_error = None;
+    for candidate in candidates {
+        match bind_socket(candidate) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(ServeError::Listen {
+        addr: addr.to_string(),
+        source: last_error.unwrap_or_else(|| std::io::Error::other("no address to bind")),
+    })
+}
+
+fn bind_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let domain = socket2::Domain::for_address(addr);
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // Accept IPv4 too on `[::]`, as Go's `:port` does.
+        socket.set_only_v6(false)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// Serves `listener` until `shutdown` resolves, then stops accepting and gives in-flight requests
+/// up to [`crate::SHUTDOWN_GRACE`] before closing what is left.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let builder = Arc::new(connection_builder());
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of descriptors or a connection reset before accept: back off briefly rather
+                // than spinning, and keep serving.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        serve_connection(&builder, &graceful, stream, peer, app.clone());
+    }
+    drop(listener);
+    tracing::info!("draining...");
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(crate::SHUTDOWN_GRACE) => {
+            tracing::warn!("grace period over; closing remaining connections");
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn connection_builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_headers(MAX_HEADERS)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256)
+        .max_header_list_size(MAX_HEAD_BYTES as u32)
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
+}
+
+fn serve_connection(
+    builder: &Arc<auto::Builder<TokioExecutor>>,
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Arc<App>,
+) {
+    let _ = stream.set_nodelay(true);
+    let conn = ConnInfo {
+        peer: Some(crate::client::unmap(peer.ip())),
+        tls: false,
+    };
+    let service = service_fn(move |req: hyper::Request<Incoming>| {
+        let app = app.clone();
+        async move { Ok::<_, Infallible>(handle_recovering(app, conn, req).await) }
+    });
+    let builder = builder.clone();
+    let io = TokioIo::new(stream);
+    let connection = builder
+        .serve_connection_with_upgrades(io, service)
+        .into_owned();
+    let watched = graceful.watch(connection);
+    tokio::spawn(async move {
+        if let Err(e) = watched.await {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
+    });
+}
+
+/// Runs the pipeline; a panic becomes an empty 500 and one log line, never a dead connection task
+/// with a header dump.
+async fn handle_recovering(
+    app: Arc<App>,
+    conn: ConnInfo,
+    req: hyper::Request<Incoming>,
+) -> http::Response<Body> {
+    let path: String = req.uri().path().chars().take(256).collect();
+    match AssertUnwindSafe(crate::router::handle(app, conn, req))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::error!("request panic on {path}");
+            let mut response = http::Response::new(Body::empty());
+            *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+            response
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_style_listen_addresses() {
+        let all = parse_listen(":8080").unwrap();
+        assert_eq!(all[0].port(), 8080);
+        assert!(all[0].ip().is_unspecified());
+        assert_eq!(
+            parse_listen("127.0.0.1:9000").unwrap(),
+            vec!["127.0.0.1:9000".parse().unwrap()]
+        );
+        assert_eq!(
+            parse_listen("localhost:9000").unwrap(),
+            vec!["127.0.0.1:9000".parse().unwrap()]
+        );
+        assert_eq!(parse_listen("[::1]:80").unwrap()[0].port(), 80);
+        assert!(parse_listen("nope").is_err());
+        assert!(parse_listen(":http").is_err());
+        assert!(parse_listen("example.com:80").is_err());
+    }
+
+    #[tokio::test]
+    async fn binding_a_busy_port_names_listen() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = taken.local_addr().unwrap().to_string();
+        let err = bind(&addr).await.unwrap_err();
+        assert!(err.to_string().starts_with("listen "), "{err}");
+        assert!(err.to_string().contains(&addr));
+    }
+}

@@ -1,0 +1,159 @@
+//! The real `concert` binary: flags, exit codes, signals and the demo.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_concert");
+
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("CONCERT_CAPACITY")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn version_wins_over_bad_values() {
+    let out = run(&["-version", "-upstream", "garbage"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("concert "), "{text}");
+}
+
+#[test]
+fn unknown_flag_is_a_usage_error() {
+    let out = run(&["-nope"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn bad_value_names_the_flag_and_value() {
+    let out = run(&["-cap", "0", "-data-dir="]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("-cap") && err.contains('0'), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+
+    let out = Command::new(BIN)
+        .args(["-data-dir="])
+        .env("CONCERT_CAPACITY", "lots")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("CONCERT_CAPACITY") && err.contains("lots"),
+        "{err}"
+    );
+}
+
+#[test]
+fn help_exits_zero() {
+    let out = run(&["-h"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("-upstream"));
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_health(port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let _ = stream
+                .write_all(b"GET /_room/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut answer = String::new();
+            let _ = stream.read_to_string(&mut answer);
+            if answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok") {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn sigterm_drains_and_exits_zero() {
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .args(["-listen", &format!("127.0.0.1:{port}"), "-data-dir="])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_health(port), "serving healthz");
+    let pid = child.id() as i32;
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc_kill(pid, 15) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "did not stop after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let mut err = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("draining..."), "{err}");
+    assert!(err.contains("stopped"), "{err}");
+}
+
+#[test]
+fn demo_serves_the_demo_origin_through_the_room() {
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .args([
+            "-demo",
+            "-listen",
+            &format!("127.0.0.1:{port}"),
+            "-data-dir=",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let healthy = wait_for_health(port);
+    let stats = fetch(port, "/_room/stats");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(healthy);
+    assert!(stats.contains("\"cap\":2"), "{stats}");
+}
+
+fn fetch(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
+}

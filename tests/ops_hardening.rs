@@ -1,0 +1,397 @@
+//! Operator endpoints, reserved paths, malformed traffic and the process lifecycle.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use support::origins;
+use support::*;
+
+const STATS_KEYS: &[&str] = &[
+    "upstream",
+    "cap",
+    "occupancy",
+    "queue_depth",
+    "live_queue_depth",
+    "max_queue_depth",
+    "utilization",
+    "token_ttl",
+    "first_poll_grace",
+    "queued_total",
+    "evicted_total",
+    "timeouts_total",
+    "promoted_total",
+    "removed_total",
+    "asset_cap",
+    "asset_in_flight",
+    "asset_users",
+    "asset_user_cap_h1",
+    "asset_user_cap_h2",
+    "asset_served_total",
+    "asset_denied_total",
+    "asset_user_throttled_total",
+    "asset_global_throttled_total",
+    "stream_cap",
+    "stream_active",
+    "stream_served_total",
+    "stream_denied_total",
+    "stream_throttled_total",
+    "abuse_enabled",
+    "abuse_tracked",
+    "abuse_range_bans",
+    "abuse_strikes_total",
+    "abuse_bans_total",
+    "abuse_rejected_total",
+    "abuse_dropped_total",
+];
+
+async fn busy_concert(env: &[(&str, &str)]) -> (origins::Origin, concert::Running) {
+    let origin = origins::held_origin();
+    let concert = concert_with_env(&["-upstream", &origin.url(), "-cap", "1"], env).await;
+    let holder = url(&concert, "/hold");
+    tokio::spawn(async move {
+        let _ = plain_client().get(holder).send().await;
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    (origin, concert)
+}
+
+#[tokio::test]
+async fn healthz_and_stats_answer_while_full() {
+    let (origin, concert) = busy_concert(&[]).await;
+    let health = plain_client()
+        .get(url(&concert, "/_room/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+    assert_eq!(health.text().await.unwrap(), "ok");
+    let stats: serde_json::Value = plain_client()
+        .get(url(&concert, "/_room/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for key in STATS_KEYS {
+        assert!(stats.get(key).is_some(), "stats lacks {key}");
+    }
+    assert_eq!(stats["cap"], 1);
+    assert_eq!(stats["occupancy"], 1);
+    assert_eq!(stats["token_ttl"], "5m0s");
+    assert_eq!(stats["first_poll_grace"], "30s");
+    assert_eq!(stats["asset_cap"], 128);
+    assert_eq!(origin.hits(), 1);
+}
+
+#[tokio::test]
+async fn reserved_paths_never_reach_the_origin() {
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let client = plain_client();
+    let stats_slash = client
+        .get(url(&concert, "/_room/stats/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stats_slash.status(), StatusCode::OK);
+    assert!(stats_slash.text().await.unwrap().contains("\"cap\""));
+    let post_stats = client
+        .post(url(&concert, "/_room/stats"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post_stats.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let unknown = client
+        .get(url(&concert, "/_room/secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    let post_status = client
+        .post(url(&concert, "/queue/status"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post_status.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let options = client
+        .request(reqwest::Method::OPTIONS, url(&concert, "/queue/status"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(options.status(), StatusCode::NO_CONTENT);
+    let fast_lane = client
+        .get(url(&concert, "/_concert/anything"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fast_lane.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        fast_lane.text().await.unwrap(),
+        r#"{"error":"fast_lane_disabled"}"#
+    );
+    let config: serde_json::Value = client
+        .get(url(&concert, "/_concert/config"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["enabled"], false);
+    let css = client
+        .get(url(&concert, "/_concert/waiting.css"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(css.status(), StatusCode::OK);
+    assert!(
+        css.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
+    assert_eq!(origin.hits(), 0, "nothing reserved leaked upstream");
+}
+
+#[tokio::test]
+async fn cap_endpoint_needs_the_admin_token() {
+    let origin = origins::fast_origin();
+    let without = concert(&["-upstream", &origin.url()]).await;
+    let response = plain_client()
+        .post(url(&without, "/_room/cap"))
+        .body(r#"{"cap":3}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+
+    // Loopback is not trusted here, so wrong tokens from it are struck.
+    let with = concert_with_env(
+        &[
+            "-upstream",
+            &origin.url(),
+            "-cap",
+            "1",
+            "-trusted-proxies",
+            "10.9.9.9",
+        ],
+        &[("CONCERT_ADMIN_TOKEN", "s3cret")],
+    )
+    .await;
+    let client = plain_client();
+    let cap_url = url(&with, "/_room/cap");
+    let none = client
+        .post(&cap_url)
+        .body(r#"{"cap":3}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(none.status(), StatusCode::UNAUTHORIZED);
+    let wrong = client
+        .post(&cap_url)
+        .bearer_auth("nope")
+        .body(r#"{"cap":3}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let bad = client
+        .post(&cap_url)
+        .bearer_auth("s3cret")
+        .body("not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let zero = client
+        .post(&cap_url)
+        .bearer_auth("s3cret")
+        .body(r#"{"cap":0}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(zero.status(), StatusCode::BAD_REQUEST);
+    let ok = client
+        .post(&cap_url)
+        .bearer_auth("s3cret")
+        .body(r#"{"cap":3}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    let body: serde_json::Value = ok.json().await.unwrap();
+    assert_eq!(body["cap"], 3);
+    assert_eq!(body["occupancy"], 0);
+    assert_eq!(with.app.room.stats().cap, 3);
+    assert_eq!(with.app.generation().config.cap, 3);
+    // Two wrong tokens were charged five strikes each.
+    let stats: serde_json::Value = client
+        .get(url(&with, "/_room/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["abuse_strikes_total"], 10);
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text() {
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-cap", "7"]).await;
+    let _ = plain_client()
+        .get(url(&concert, "/x"))
+        .send()
+        .await
+        .unwrap();
+    let text = plain_client()
+        .get(url(&concert, "/_room/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("concert_cap 7"), "{text}");
+    assert!(text.contains("concert_admitted_total 1"), "{text}");
+    assert!(text.contains("# EOF"));
+}
+
+#[tokio::test]
+async fn dot_segments_cannot_ride_a_bypass_rule() {
+    let origin = origins::echo_origin();
+    let concert = concert(&[
+        "-upstream",
+        &origin.url(),
+        "-bypass",
+        "/webhooks/*",
+        "-cap",
+        "1",
+    ])
+    .await;
+    // Normalised before matching: the origin gets the path the rules saw.
+    let seen: serde_json::Value = plain_client()
+        .get(url(&concert, "/webhooks/%2e%2e/admin"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["path"], "/admin");
+    // A dot segment hidden behind an encoded slash is refused outright.
+    let raw = raw_exchange(
+        concert.addr,
+        b"GET /webhooks/..%2fadmin HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(2),
+    )
+    .await;
+    assert!(raw.starts_with("HTTP/1.1 400"), "{raw}");
+}
+
+#[tokio::test]
+async fn malformed_requests_get_4xx_not_5xx() {
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let garbage = raw_exchange(
+        concert.addr,
+        b"\x16\x03\x01garbage\r\n\r\n",
+        Duration::from_secs(2),
+    )
+    .await;
+    assert!(
+        garbage.is_empty() || garbage.starts_with("HTTP/1.1 4"),
+        "{garbage}"
+    );
+    let long_target = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(9000));
+    let long = raw_exchange(concert.addr, long_target.as_bytes(), Duration::from_secs(2)).await;
+    assert!(long.starts_with("HTTP/1.1 414"), "{long}");
+    let mut many = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..200 {
+        many.push_str(&format!("X-H{i}: v\r\n"));
+    }
+    many.push_str("\r\n");
+    let too_many = raw_exchange(concert.addr, many.as_bytes(), Duration::from_secs(2)).await;
+    assert!(too_many.starts_with("HTTP/1.1 431"), "{too_many}");
+    let huge = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(70_000)
+    );
+    let huge = raw_exchange(concert.addr, huge.as_bytes(), Duration::from_secs(2)).await;
+    assert!(huge.starts_with("HTTP/1.1 431"), "{huge}");
+    let bad_xff = plain_client()
+        .get(url(&concert, "/"))
+        .header("x-forwarded-for", "not-an-ip, ,,, 999.1.1.1")
+        .header("cookie", "room_ticket=%%%%; concert_admit=!!!")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_xff.status(), StatusCode::OK);
+    assert_eq!(origin.hits(), 1);
+}
+
+#[tokio::test]
+async fn smuggling_attempt_never_reaches_the_origin_as_a_second_request() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let attack = b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+    let answer = raw_exchange(concert.addr, attack, Duration::from_secs(3)).await;
+    assert!(!answer.contains("/smuggled"), "{answer}");
+    // Exactly one response at most, and the connection was closed after it.
+    assert!(answer.matches("HTTP/1.1 ").count() <= 1, "{answer}");
+    assert!(origin.paths().iter().all(|p| !p.contains("smuggled")));
+}
+
+#[tokio::test]
+async fn slow_request_heads_are_cut_off() {
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let started = std::time::Instant::now();
+    // Half a request head, then silence: the server closes within the header timeout.
+    let answer = raw_exchange(
+        concert.addr,
+        b"GET / HTTP/1.1\r\nHost:",
+        Duration::from_secs(15),
+    )
+    .await;
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(14), "closed after {waited:?}");
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+    assert_eq!(concert.app.room.stats().occupancy, 0);
+}
+
+#[tokio::test]
+async fn shutdown_lets_in_flight_requests_finish() {
+    let origin = origins::slow_origin(Duration::from_millis(400));
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let target = url(&concert, "/slow");
+    let request =
+        tokio::spawn(async move { plain_client().get(target).send().await.map(|r| r.status()) });
+    assert!(eventually(Duration::from_secs(3), || origin.in_flight() == 1).await);
+    concert.shutdown().await.unwrap();
+    assert_eq!(request.await.unwrap().unwrap(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_busy_port_is_an_error_naming_listen() {
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let env = std::collections::HashMap::<String, String>::new();
+    let args: Vec<String> = vec!["-listen".into(), addr.clone(), "-data-dir=".into()];
+    let config = match concert::config::load(&args, &env).unwrap() {
+        concert::config::Loaded::Run(config) => *config,
+        _ => unreachable!(),
+    };
+    let err = concert::start(config, None)
+        .await
+        .err()
+        .expect("port is busy");
+    assert!(err.to_string().contains("listen"), "{err}");
+}

@@ -1,0 +1,483 @@
+//! End-to-end behaviour of the gated path: the waiting room in front of a real origin, through the
+//! real server, with real cookies.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, COOKIE, RETRY_AFTER};
+use support::origins;
+use support::*;
+
+#[tokio::test]
+async fn free_room_proxies_once() {
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-cap", "4"]).await;
+    let response = plain_client()
+        .get(url(&concert, "/hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.text().await.unwrap(), "ok");
+    assert_eq!(origin.hits(), 1);
+    concert.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn origin_sees_only_its_own_cookies() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let seen: serde_json::Value = plain_client()
+        .get(url(&concert, "/x"))
+        .header(
+            COOKIE,
+            "room_ticket=abc; room_pass=def; room_probe=1; concert_admit=xyz; session=keep",
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["headers"]["cookie"][0], "session=keep");
+}
+
+#[tokio::test]
+async fn trailing_slash_paths_reach_the_origin_unchanged() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let seen: serde_json::Value = plain_client()
+        .get(url(&concert, "/foo/?a=1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["path"], "/foo/?a=1");
+}
+
+#[tokio::test]
+async fn dead_origin_is_a_502() {
+    let dead = origins::dead_origin_url();
+    let concert = concert(&["-upstream", &dead]).await;
+    let response = plain_client().get(url(&concert, "/")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(response.text().await.unwrap(), "upstream unavailable\n");
+    // The slot came back: the room is free again.
+    assert!(
+        eventually(Duration::from_secs(2), || concert
+            .app
+            .room
+            .stats()
+            .occupancy
+            == 0)
+        .await
+    );
+}
+
+#[tokio::test]
+async fn sse_flows_through_the_room() {
+    let origin = origins::sse_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let mut response = plain_client()
+        .get(url(&concert, "/events"))
+        .header(ACCEPT, "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(3), response.chunk())
+        .await
+        .expect("first event within 3 s")
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("data: hello"));
+    // The stream pins a page slot for its whole life.
+    assert_eq!(concert.app.room.stats().occupancy, 1);
+    drop(response);
+    assert!(
+        eventually(Duration::from_secs(3), || concert
+            .app
+            .room
+            .stats()
+            .occupancy
+            == 0)
+        .await
+    );
+}
+
+/// Cap 1 with the only slot held by a request the origin has not answered yet.
+async fn full_room(
+    extra: &[&str],
+) -> (
+    origins::Origin,
+    concert::Running,
+    tokio::task::JoinHandle<()>,
+) {
+    let origin = origins::held_origin();
+    let upstream = origin.url();
+    let mut args = vec!["-upstream", upstream.as_str(), "-cap", "1"];
+    args.extend_from_slice(extra);
+    let concert = concert(&args).await;
+    let holder_url = url(&concert, "/slow");
+    let holder = tokio::spawn(async move {
+        let _ = plain_client().get(holder_url).send().await;
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    (origin, concert, holder)
+}
+
+#[tokio::test]
+async fn browsers_get_the_waiting_page_with_cookies() {
+    let (origin, concert, _holder) = full_room(&[]).await;
+    let response = plain_client()
+        .get(url(&concert, "/page"))
+        .header(ACCEPT, HTML_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    let ticket = set_cookies(&response, "room_ticket");
+    let probe = set_cookies(&response, "room_probe");
+    assert_eq!(ticket.len(), 1);
+    assert!(ticket[0].contains("HttpOnly") && ticket[0].contains("Max-Age=300"));
+    assert_eq!(probe.len(), 1);
+    assert!(!probe[0].contains("HttpOnly"));
+    let body = response.text().await.unwrap();
+    assert!(body.contains("/queue/status") || body.contains("waiting.js"));
+    assert_eq!(origin.hits(), 1, "only the holder reached the origin");
+}
+
+#[tokio::test]
+async fn api_clients_get_429_json() {
+    let (_origin, concert, _holder) = full_room(&[]).await;
+    let response = plain_client()
+        .get(url(&concert, "/api"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()[RETRY_AFTER], "5");
+    assert_eq!(set_cookies(&response, "room_ticket").len(), 1);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["queued"], true);
+    assert_eq!(body["status_url"], "/queue/status");
+    assert_eq!(body["retry_after_seconds"], 5);
+    assert!(
+        eventually(Duration::from_secs(2), || concert
+            .app
+            .room
+            .stats()
+            .queued_total
+            >= 1)
+        .await
+    );
+}
+
+#[tokio::test]
+async fn api_json_off_gives_everyone_the_page() {
+    let (_origin, concert, _holder) = full_room(&["-api-json=false"]).await;
+    let response = plain_client()
+        .get(url(&concert, "/api"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+}
+
+#[tokio::test]
+async fn max_queue_turns_newcomers_away_with_retry_after() {
+    let (_origin, concert, _holder) = full_room(&["-max-queue", "1"]).await;
+    let first = plain_client()
+        .get(url(&concert, "/a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    let second = plain_client()
+        .get(url(&concert, "/b"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(second.headers().contains_key(RETRY_AFTER));
+    let body: serde_json::Value = second.json().await.unwrap();
+    assert_eq!(body["queued"], false);
+    // Browsers get a page that retries by itself, not an empty 503.
+    let page = plain_client()
+        .get(url(&concert, "/c"))
+        .header(ACCEPT, HTML_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(page.headers().contains_key(RETRY_AFTER));
+    assert!(page.text().await.unwrap().contains("refresh"));
+}
+
+#[tokio::test]
+async fn cookie_keeping_client_is_let_in_after_release() {
+    let (origin, concert, holder) = full_room(&[]).await;
+    let client = cookie_client();
+    let queued = client.get(url(&concert, "/mine")).send().await.unwrap();
+    assert_eq!(queued.status(), StatusCode::TOO_MANY_REQUESTS);
+    origin.release(1);
+    holder.await.unwrap();
+    origin.release(1);
+    let mut admitted = None;
+    for _ in 0..100 {
+        let response = client.get(url(&concert, "/mine")).send().await.unwrap();
+        if response.status() == StatusCode::OK {
+            admitted = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let admitted = admitted.expect("admitted once the slot freed");
+    assert_eq!(admitted.text().await.unwrap(), "ok");
+    assert_eq!(origin.hits(), 2, "holder + this client, exactly once each");
+}
+
+#[tokio::test]
+async fn bypass_paths_skip_the_room() {
+    let (origin, concert, _holder) = full_room(&["-bypass", "/webhooks/*,/robots.txt"]).await;
+    // One permit for the holder, one for each bypass request; none left over.
+    origin.release(4);
+    for path in ["/webhooks/stripe", "/webhooks/paypal/ipn", "/robots.txt"] {
+        let response = plain_client()
+            .get(url(&concert, path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    // The holder may have finished by now; take the slot again with a fresh held request.
+    let concert_url = url(&concert, "/hold-again");
+    let _again = tokio::spawn(async move {
+        let _ = plain_client().get(concert_url).send().await;
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || concert
+            .app
+            .room
+            .stats()
+            .occupancy
+            == 1)
+        .await
+    );
+    let gated = plain_client()
+        .get(url(&concert, "/gated"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gated.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn queue_status_reports_position_then_ready() {
+    let (origin, concert, holder) = full_room(&[]).await;
+    let client = cookie_client();
+    let _ = client
+        .get(url(&concert, "/p"))
+        .header(ACCEPT, HTML_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    let status: serde_json::Value = client
+        .get(url(&concert, "/queue/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["ready"], false);
+    assert_eq!(status["position"], 1);
+    // A second poll within a second is throttled, with the position still shown.
+    let throttled = client
+        .get(url(&concert, "/queue/status"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(throttled.headers()[RETRY_AFTER], "1");
+    let body: serde_json::Value = throttled.json().await.unwrap();
+    assert!(body["position"].as_u64().unwrap() >= 1);
+    origin.release(1);
+    holder.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let ready: serde_json::Value = client
+        .get(url(&concert, "/queue/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["ready"], true);
+    // Without a ticket the page learns cookies are required.
+    let cookieless: serde_json::Value = plain_client()
+        .get(url(&concert, "/queue/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cookieless["cookies_required"], true);
+}
+
+/// The origin never sees more than `cap` pages at once under a bounded burst of browser-like
+/// clients, and every client is eventually served, in arrival order for cookie keepers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_never_exceeds_cap_under_a_burst() {
+    let origin = origins::slow_origin(Duration::from_millis(40));
+    let concert = concert(&["-upstream", &origin.url(), "-cap", "3", "-max-queue", "0"]).await;
+    let visitors = 40;
+    let mut tasks = Vec::new();
+    for i in 0..visitors {
+        let target = url(&concert, &format!("/v/{i}"));
+        tasks.push(tokio::spawn(
+            async move { visit_until_admitted(target).await },
+        ));
+    }
+    for task in tasks {
+        assert!(task.await.unwrap(), "every visitor got the page");
+    }
+    assert!(
+        origin.max_concurrency() <= 3,
+        "origin saw {}",
+        origin.max_concurrency()
+    );
+    assert_eq!(origin.hits(), visitors);
+    assert_eq!(concert.app.room.stats().occupancy, 0);
+}
+
+/// A cookie-keeping client: retries the page (as the waiting page's reload would) until served.
+async fn visit_until_admitted(target: String) -> bool {
+    let client = cookie_client();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        match client.get(&target).send().await {
+            Ok(response) if response.status() == StatusCode::OK => return true,
+            Ok(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            Ok(response) => panic!("unexpected status {}", response.status()),
+            Err(e) => panic!("request failed: {e}"),
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lowering_the_cap_live_is_never_exceeded() {
+    let origin = origins::held_origin();
+    let concert = concert_with_env(
+        &["-upstream", &origin.url(), "-cap", "6", "-max-queue", "0"],
+        &[("CONCERT_ADMIN_TOKEN", "tok")],
+    )
+    .await;
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let target = url(&concert, &format!("/v/{i}"));
+        tasks.push(tokio::spawn(
+            async move { visit_until_admitted(target).await },
+        ));
+    }
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 6).await);
+    let response = plain_client()
+        .post(url(&concert, "/_room/cap"))
+        .bearer_auth("tok")
+        .body(r#"{"cap":2}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(origin.max_concurrency(), 6);
+    // Release the six old holders one at a time. Their releases pay the cap's debt first, so no
+    // newcomer is admitted until fewer than two pages are at the origin.
+    for _ in 0..4 {
+        origin.release(1);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(origin.in_flight() <= 6);
+    }
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() <= 2).await);
+    origin.reset_max_concurrency();
+    for _ in 0..60 {
+        origin.release(1);
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    origin.release(1000);
+    for task in tasks {
+        assert!(task.await.unwrap());
+    }
+    assert!(
+        origin.max_concurrency() <= 2,
+        "after the cap fell to 2 the origin saw {} at once",
+        origin.max_concurrency()
+    );
+    assert_eq!(concert.app.room.stats().cap, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_keepers_are_served_in_arrival_order() {
+    let origin = origins::held_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-cap", "1", "-max-queue", "0"]).await;
+    let holder_url = url(&concert, "/holder");
+    let holder = tokio::spawn(async move {
+        let _ = plain_client().get(holder_url).send().await;
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    // Five visitors queue one after another, then keep retrying in reverse order of arrival.
+    let mut clients = Vec::new();
+    for i in 0..5 {
+        let client = cookie_client();
+        let response = client
+            .get(url(&concert, &format!("/q/{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        clients.push((i, client));
+    }
+    let mut tasks = Vec::new();
+    for (i, client) in clients.into_iter().rev() {
+        let target = url(&concert, &format!("/q/{i}"));
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let response = client.get(&target).send().await.unwrap();
+                if response.status() == StatusCode::OK {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+    }
+    origin.release(1);
+    holder.await.unwrap();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        origin.release(1);
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let order: Vec<String> = origin.paths().into_iter().skip(1).collect();
+    assert_eq!(order, vec!["/q/0", "/q/1", "/q/2", "/q/3", "/q/4"]);
+}

@@ -1,0 +1,93 @@
+//! Shared pieces of the integration tests: a real Concert on 127.0.0.1:0, HTTP clients that behave
+//! like browsers or API clients, and raw-socket helpers for malformed traffic.
+#![allow(dead_code)]
+
+pub mod origins;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use concert::config::{self, Loaded};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Starts Concert in-process with Go-style `args` (plus `-data-dir ""`) and an explicit env.
+pub async fn concert_with_env(args: &[&str], env: &[(&str, &str)]) -> concert::Running {
+    let mut argv: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    argv.push("-data-dir=".into());
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let config = match config::load(&argv, &env) {
+        Ok(Loaded::Run(config)) => *config,
+        Ok(_) => panic!("expected a runnable config for {argv:?}"),
+        Err(e) => panic!("config {argv:?} refused: {e}"),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    concert::start(config, Some(listener)).await.unwrap()
+}
+
+pub async fn concert(args: &[&str]) -> concert::Running {
+    concert_with_env(args, &[]).await
+}
+
+pub fn url(running: &concert::Running, path: &str) -> String {
+    format!("http://{}{}", running.addr, path)
+}
+
+/// A client that keeps cookies, like a browser tab (no redirects, bounded timeouts).
+pub fn cookie_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// A client that never keeps cookies (a script hammering an API).
+pub fn plain_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+pub const HTML_ACCEPT: &str = "text/html,application/xhtml+xml,*/*;q=0.8";
+
+/// `Set-Cookie` lines of a response whose name is `name`.
+pub fn set_cookies<'a>(response: &'a reqwest::Response, name: &str) -> Vec<&'a str> {
+    response
+        .headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter(|line| line.starts_with(&format!("{name}=")))
+        .collect()
+}
+
+/// Sends raw bytes and returns whatever the server answered before closing or `wait` elapsed.
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Polls `check` every 20 ms until it is true or `limit` passes.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}
