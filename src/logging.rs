@@ -3,6 +3,8 @@
 //! Access lines (target `concert::access`) go to stdout, everything else to stderr, so operators
 //! can ship them separately. `RUST_LOG` filters both; `-log-format json` switches both to JSON.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::filter::{EnvFilter, filter_fn};
 use tracing_subscriber::prelude::*;
 
@@ -34,12 +36,14 @@ pub fn init(json: bool) {
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stdout)
+                    .with_ansi(std::io::stdout().is_terminal())
                     .with_target(false)
                     .with_filter(filter_fn(is_access)),
             )
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
+                    .with_ansi(std::io::stderr().is_terminal())
                     .with_filter(filter_fn(move |m| !is_access(m))),
             )
             .try_init()

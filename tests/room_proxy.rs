@@ -481,3 +481,18 @@ async fn cookie_keepers_are_served_in_arrival_order() {
     let order: Vec<String> = origin.paths().into_iter().skip(1).collect();
     assert_eq!(order, vec!["/q/0", "/q/1", "/q/2", "/q/3", "/q/4"]);
 }
+
+#[tokio::test]
+async fn queued_through_a_trusted_proxy_is_keyed_by_the_forwarded_client() {
+    let (_origin, concert, _holder) = full_room(&[]).await;
+    let response = plain_client()
+        .get(url(&concert, "/via-proxy"))
+        .header("x-forwarded-for", "203.0.113.7")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let line = concert.app.room.line_front(10);
+    assert_eq!(line.len(), 1);
+    assert_eq!(line[0].info.client, Some("203.0.113.7".parse().unwrap()));
+}
