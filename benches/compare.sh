@@ -6,6 +6,8 @@
 #
 #   bash benches/compare.sh            # defaults below
 #   ROUNDS=5 DURATION=10 CONNS=64 WORKERS="1 2" bash benches/compare.sh
+#   MODE=asset bash benches/compare.sh  # a private asset fetched with a valid concert_admit pass
+#                                       # (per-pass and global asset pools) instead of a gated page
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +19,21 @@ ORIGIN_PORT=${ORIGIN_PORT:-18080}
 NGINX_PORT=${NGINX_PORT:-18081}
 HAPROXY_PORT=${HAPROXY_PORT:-18082}
 CONCERT_PORT=${CONCERT_PORT:-18083}
+MODE=${MODE:-page}
+
+BENCH_PATH=/bench
+CONCERT_EXTRA=()
+case $MODE in
+  page) ;;
+  asset)
+    # Pools sized so one pass over CONNS connections is never throttled: the cost measured is
+    # the pass check and both pool admissions, not refusals.
+    BENCH_PATH=/static/app.css
+    CONCERT_EXTRA=(-assets "/static/*" -asset-user-cap-h1 100000 -asset-user-cap-h2 100000
+                   -asset-cap 1000000 -admit-ttl 1h) ;;
+  *) echo "MODE must be page or asset" >&2; exit 2 ;;
+esac
+WRK_HEADERS=()
 
 install_missing() {
   local need=()
@@ -49,9 +66,10 @@ trap cleanup EXIT
 # has two); with two workers the proxy may use both.
 cpus=$(nproc)
 pin_gen() { if [ "$cpus" -ge 2 ]; then taskset -c 1 "$@"; else "$@"; fi; }
+# Only ever run in the background: `exec` makes $! the server's own pid, so cleanup can stop it.
 pin_proxy() { # $1 = workers
   local workers=$1; shift
-  if [ "$cpus" -ge 2 ] && [ "$workers" = 1 ]; then taskset -c 0 "$@"; else "$@"; fi
+  if [ "$cpus" -ge 2 ] && [ "$workers" = 1 ]; then exec taskset -c 0 "$@"; else exec "$@"; fi
 }
 
 nginx_conf() { # $1 = file, $2 = workers, $3 = body of the http block
@@ -73,16 +91,18 @@ EOF
 
 start_origin() {
   nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { return 200 'ok'; } }"
-  pin_gen "$NGINX" -c "$work/origin.conf" -p "$work" &
+  (if [ "$cpus" -ge 2 ]; then exec taskset -c 1 "$NGINX" -c "$work/origin.conf" -p "$work"
+   else exec "$NGINX" -c "$work/origin.conf" -p "$work"; fi) &
   pids+=($!)
 }
 
+# Servers started inside $(…) must not keep its output pipe open, or the substitution never ends.
 start_nginx() { # $1 = workers
   nginx_conf "$work/nginx-$1.conf" "$1" "upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 256; }
   server { listen 127.0.0.1:$NGINX_PORT;
     location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\";
                  proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
-  pin_proxy "$1" "$NGINX" -c "$work/nginx-$1.conf" -p "$work" &
+  pin_proxy "$1" "$NGINX" -c "$work/nginx-$1.conf" -p "$work" >/dev/null &
   echo $!
 }
 
@@ -90,7 +110,7 @@ start_haproxy() { # $1 = workers
   cat >"$work/haproxy-$1.cfg" <<EOF
 global
   nbthread $1
-  maxconn 20000
+  maxconn 9000
 defaults
   mode http
   timeout connect 5s
@@ -105,13 +125,13 @@ frontend fe
 backend be
   server origin 127.0.0.1:$ORIGIN_PORT
 EOF
-  pin_proxy "$1" "$HAPROXY" -f "$work/haproxy-$1.cfg" -db &
+  pin_proxy "$1" "$HAPROXY" -f "$work/haproxy-$1.cfg" -db >/dev/null &
   echo $!
 }
 
 start_concert() { # $1 = workers
   pin_proxy "$1" "$CONCERT" -listen "127.0.0.1:$CONCERT_PORT" -upstream "http://127.0.0.1:$ORIGIN_PORT" \
-    -cap 1000000 -max-queue 0 -access-log=false -data-dir "" -workers "$1" 2>/dev/null &
+    -cap 1000000 -max-queue 0 -access-log=false -data-dir "" -workers "$1" "${CONCERT_EXTRA[@]}" >/dev/null 2>&1 &
   echo $!
 }
 
@@ -127,7 +147,8 @@ wait_port() {
 # Prints "requests_per_second p50_ms p99_ms errors" for one wrk run against port $1.
 measure() {
   local out
-  out=$(pin_gen wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$1/bench" 2>&1)
+  out=$(pin_gen wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${WRK_HEADERS[@]}" \
+    "http://127.0.0.1:$1$BENCH_PATH" 2>&1)
   local rps p50 p99 errors
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
@@ -146,11 +167,19 @@ to_ms() { # wrk prints 1.23ms / 456.00us / 1.02s
   esac
 }
 
+# The concert_admit value Concert issues on an admitted page (asset mode only).
+fetch_pass() {
+  exec 3<>"/dev/tcp/127.0.0.1/$CONCERT_PORT"
+  printf 'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&3
+  sed -n 's/^[Ss]et-[Cc]ookie: concert_admit=\([^;]*\).*/\1/p' <&3 | head -n 1
+  exec 3<&-
+}
+
 median() { sort -n | awk '{a[NR]=$1} END {if (NR==0) print "-"; else print a[int((NR+1)/2)]}'; }
 
 start_origin
 wait_port "$ORIGIN_PORT"
-echo "fast origin: nginx 'return 200' on 127.0.0.1:$ORIGIN_PORT; wrk -t1 -c$CONNS, ${DURATION}s per run, $ROUNDS rounds"
+echo "fast origin: nginx 'return 200' on 127.0.0.1:$ORIGIN_PORT; wrk -t1 -c$CONNS, ${DURATION}s per run, $ROUNDS rounds; mode $MODE ($BENCH_PATH)"
 echo
 
 for workers in $WORKERS; do
@@ -159,6 +188,11 @@ for workers in $WORKERS; do
   pid_h=$(start_haproxy "$workers"); pids+=("$pid_h")
   pid_c=$(start_concert "$workers"); pids+=("$pid_c")
   wait_port "$NGINX_PORT"; wait_port "$HAPROXY_PORT"; wait_port "$CONCERT_PORT"
+  if [ "$MODE" = asset ]; then
+    pass=$(fetch_pass)
+    [ -n "$pass" ] || { echo "Concert issued no concert_admit pass" >&2; exit 1; }
+    WRK_HEADERS=(-H "Cookie: concert_admit=$pass")
+  fi
   for target in D N H C; do pin_gen wrk -t1 -c"$CONNS" -d1s "http://127.0.0.1:$ORIGIN_PORT/" >/dev/null 2>&1; done
   for round in $(seq 1 "$ROUNDS"); do
     for target in D N H C; do

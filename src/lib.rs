@@ -5,22 +5,29 @@
 //! settings-derived parts (swapped whole on a live change) and the long-lived components (room,
 //! counters) that are reconfigured in place.
 
+pub mod abuse;
+pub mod assets;
 pub mod client;
 pub mod config;
 pub mod cookies;
 pub mod demo;
 pub mod logging;
 pub mod ops;
+pub mod pass;
+pub mod persist;
+pub mod priority;
 pub mod proxy;
 pub mod rejection;
 pub mod room;
 pub mod router;
 pub mod sema;
 pub mod server;
+pub mod streams;
+pub mod systemd;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -45,6 +52,13 @@ pub struct Generation {
     pub cookies: CookieAttrs,
     /// Token lifetime in whole seconds, the `Max-Age` of the room cookies.
     pub ticket_max_age: u64,
+    /// Asset tier: per-pass pools (replaced when their caps or the pass TTL change) and the
+    /// global pool (shared across generations, resized in place).
+    pub assets: assets::AssetTier,
+    /// Stream slots (shared across generations, resized in place).
+    pub streams: streams::StreamGuard,
+    /// The ranked priority lane (shared across generations, resized in place).
+    pub lane: Arc<priority::Lane>,
 }
 
 /// Why a generation could not be built from a configuration.
@@ -89,6 +103,22 @@ impl Generation {
             config.secure_cookie,
         );
         let ticket_max_age = config.effective_token_ttl().as_secs();
+        // Built last: these share pools with `previous` and resize them, so nothing may fail
+        // after this point.
+        let assets =
+            assets::AssetTier::build(asset_settings(&config), previous.map(|prev| &prev.assets));
+        let streams =
+            streams::StreamGuard::build(config.stream_cap, previous.map(|prev| &prev.streams));
+        let lane_cap = config.effective_priority_cap();
+        let lane = match previous {
+            Some(prev) => {
+                if prev.lane.cap() != lane_cap as usize {
+                    prev.lane.resize(lane_cap);
+                }
+                prev.lane.clone()
+            }
+            None => priority::Lane::new(lane_cap),
+        };
         Ok(Generation {
             config,
             routes,
@@ -96,12 +126,27 @@ impl Generation {
             page,
             cookies,
             ticket_max_age,
+            assets,
+            streams,
+            lane,
         })
     }
 
     /// The room's view of these settings.
     pub fn room_settings(&self) -> RoomSettings {
         room_settings(&self.config)
+    }
+}
+
+fn asset_settings(config: &Config) -> assets::AssetSettings {
+    assets::AssetSettings {
+        user_cap_h1: config.asset_user_cap_h1,
+        user_cap_h2: config.asset_user_cap_h2,
+        user_wait: config.asset_user_wait,
+        global_cap: config.effective_asset_cap(),
+        global_wait: config.asset_wait,
+        admit_ttl: config.admit_ttl,
+        client_proto_header: config.client_proto_header.clone(),
     }
 }
 
@@ -148,8 +193,6 @@ pub fn room_settings(config: &Config) -> RoomSettings {
 /// Process-wide counters that are not owned by a component.
 #[derive(Default)]
 pub struct Counters {
-    /// Strikes charged against clients (wrong admin token, …).
-    pub abuse_strikes_total: AtomicU64,
     /// Requests Concert refused as malformed before routing.
     pub bad_requests_total: AtomicU64,
     /// Requests that reached the origin.
@@ -161,6 +204,12 @@ pub struct App {
     generation: ArcSwap<Generation>,
     pub room: Arc<Room>,
     pub counters: Counters,
+    /// Strikes, bans and range bans (process-wide; reconfigured on live changes).
+    pub abuse: Arc<abuse::Registry>,
+    /// Signs and verifies admission passes and priority grants (secrets fixed for the process).
+    pub pass: pass::PassSigner,
+    /// Priority counters and grant handling.
+    pub priority: priority::Priority,
     /// Serialises live changes so two of them never interleave build and swap.
     change_lock: parking_lot::Mutex<()>,
 }
@@ -177,10 +226,24 @@ impl App {
     pub fn new(config: Config) -> Result<Arc<App>, BuildError> {
         let generation = Generation::build(Arc::new(config), None)?;
         let room = Room::new(generation.room_settings());
+        let config = &generation.config;
+        // `validate` always fills the secret; an unvalidated config still gets a random one.
+        let secret = config
+            .admit_secret
+            .clone()
+            .unwrap_or_else(|| rand::random::<[u8; 32]>().to_vec());
+        let pass = pass::PassSigner::new(&secret, config.admit_secret_previous.as_deref());
+        let abuse = Arc::new(abuse::Registry::new(abuse::AbuseSettings::from_config(
+            config,
+        )));
+        wire_abuse(&abuse, &room);
         Ok(Arc::new(App {
             generation: ArcSwap::from_pointee(generation),
             room,
             counters: Counters::default(),
+            abuse,
+            pass,
+            priority: priority::Priority::new(),
             change_lock: parking_lot::Mutex::new(()),
         }))
     }
@@ -207,26 +270,41 @@ impl App {
         let generation = Arc::new(generation);
         self.generation.store(generation.clone());
         self.room.reconfigure(generation.room_settings());
+        self.abuse
+            .reconfigure(abuse::AbuseSettings::from_config(&generation.config));
         Ok(generation)
     }
 
-    /// Charges strikes against a client. Counted now; the abuse registry turns them into bans.
+    /// Charges strikes against a client in the abuse registry (a no-op for exempt or unknown
+    /// clients and while abuse handling is off). Enough strikes within the window ban it.
     pub fn strike(&self, client: Option<std::net::IpAddr>, weight: u32, reason: &'static str) {
-        if weight == 0 {
-            return;
-        }
-        let generation = self.generation.load();
         let Some(ip) = client else { return };
-        if generation.config.trusted_proxies.contains(ip)
-            || generation.config.abuse_allow.contains(ip)
-        {
+        let banned = self.abuse.strike(ip, weight);
+        tracing::debug!(client = %ip, weight, reason, banned, "strike");
+    }
+}
+
+/// Connects the registry and the room both ways: a visitor queued without any `room_ticket`
+/// costs a strike (ticket churn), and a ban removes the client's waiting visitors at once. The
+/// room is held weakly so the two do not keep each other alive.
+fn wire_abuse(abuse: &Arc<abuse::Registry>, room: &Arc<Room>) {
+    let line = Arc::downgrade(room);
+    abuse.set_line_remover(Arc::new(
+        move |banned: &dyn Fn(std::net::IpAddr) -> bool| {
+            line.upgrade().map_or(0, |room| {
+                room.remove_where(|ticket| ticket.client.is_some_and(banned))
+            })
+        },
+    ));
+    let registry = Arc::downgrade(abuse);
+    room.set_queue_hook(Arc::new(move |event: &room::QueueEvent| {
+        if event.stale_ticket {
             return;
         }
-        self.counters
-            .abuse_strikes_total
-            .fetch_add(u64::from(weight), Ordering::Relaxed);
-        tracing::info!(client = %ip, weight, reason, "strike");
-    }
+        if let (Some(client), Some(registry)) = (event.client, registry.upgrade()) {
+            registry.strike(client, abuse::CHURN_STRIKE);
+        }
+    }));
 }
 
 /// A running Concert: its bound address and the handle that stops it.
@@ -284,6 +362,14 @@ pub async fn start(
     })?;
     let app = App::new(config).map_err(StartError::Build)?;
     let reaper = app.room.spawn_reaper();
+    let janitor = app.abuse.spawn_janitor();
+    let sweeper = {
+        let app = Arc::downgrade(&app);
+        assets::spawn_sweeper(move || {
+            app.upgrade()
+                .map(|app| app.generation().assets.pools().clone())
+        })
+    };
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let serving = app.clone();
     let task = tokio::spawn(async move {
@@ -292,6 +378,8 @@ pub async fn start(
         })
         .await;
         reaper.abort();
+        sweeper.abort();
+        janitor.abort();
         result
     });
     Ok(Running {
@@ -344,9 +432,16 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
     let stopper = running.stopper();
     tokio::spawn(async move {
         wait_for_signal().await;
+        systemd::notify_stopping();
         let _ = stopper.send(true);
     });
+    log_reload_requests();
+    systemd::notify_ready();
+    let watchdog = systemd::spawn_watchdog();
     let result = running.wait().await.map_err(StartError::Serve);
+    if let Some(watchdog) = watchdog {
+        watchdog.abort();
+    }
     let _ = crowd_stop.0.send(true);
     drop(demo_origin);
     if demo {
@@ -374,6 +469,26 @@ fn log_summary(config: &Config) {
         go(config.effective_token_ttl()),
         go(config.first_poll_grace),
     );
+}
+
+/// SIGHUP (`systemctl reload`) must never end the process; until settings can be re-read from
+/// the data dir there is nothing to reload, so the request is only logged.
+fn log_reload_requests() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Registered before READY=1 so an early reload cannot hit the default (fatal) action.
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangups) => {
+                tokio::spawn(async move {
+                    while hangups.recv().await.is_some() {
+                        tracing::info!("reload requested; nothing to reload without a data dir");
+                    }
+                });
+            }
+            Err(error) => tracing::warn!(%error, "cannot handle SIGHUP"),
+        }
+    }
 }
 
 async fn wait_for_signal() {

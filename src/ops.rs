@@ -1,4 +1,5 @@
-//! Operator endpoints under `/_room/` on the main listener: health, stats, live cap, metrics.
+//! Operator endpoints under `/_room/` on the main listener: health, stats, live cap, metrics,
+//! and the abuse registry (list, unban, ban).
 //!
 //! The whole prefix is answered here — for every method and with or without a trailing slash — so
 //! nothing under `/_room/` ever leaks to the origin.
@@ -39,8 +40,10 @@ pub async fn handle(
         Some(trimmed) if !trimmed.is_empty() => trimmed,
         _ => path,
     };
+    // The query stays: `DELETE /_room/abuse?client=…` needs it.
+    let query = info.target.get(info.path_len..).unwrap_or("");
     let (mut parts, body) = req.into_parts();
-    parts.uri = match http::Uri::try_from(path) {
+    parts.uri = match http::Uri::try_from(format!("{path}{query}")) {
         Ok(uri) => uri,
         Err(_) => return Rejection::ReservedNotFound.into_response(false),
     };
@@ -58,6 +61,10 @@ fn routes(app: Arc<App>) -> Router {
         .route("/_room/stats", get(stats))
         .route("/_room/metrics", get(metrics))
         .route("/_room/cap", post(set_cap))
+        .route(
+            "/_room/abuse",
+            get(abuse_list).delete(abuse_unban).post(abuse_ban),
+        )
         .fallback(|| async { Rejection::ReservedNotFound.into_response(false) })
         .with_state(app)
 }
@@ -76,7 +83,12 @@ pub fn stats_json(app: &App) -> serde_json::Value {
     let generation = app.generation();
     let config = &generation.config;
     let room = app.room.stats();
-    json!({
+    let abuse = app.abuse.stats();
+    let assets = generation.assets.stats();
+    let streams = generation.streams.stats();
+    let priority = &app.priority.counters;
+    let count = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+    let mut stats = json!({
         "upstream": config.upstream,
         "cap": room.cap,
         "occupancy": room.occupancy,
@@ -92,28 +104,46 @@ pub fn stats_json(app: &App) -> serde_json::Value {
         "promoted_total": room.promoted_total,
         "removed_total": room.removed_total,
         "admitted_total": room.admitted_total,
-        "asset_cap": config.effective_asset_cap(),
-        "asset_in_flight": 0,
-        "asset_users": 0,
+        "asset_cap": assets.cap,
+        "asset_in_flight": assets.in_flight,
+        "asset_users": assets.users,
         "asset_user_cap_h1": config.asset_user_cap_h1,
         "asset_user_cap_h2": config.asset_user_cap_h2,
-        "asset_served_total": 0,
-        "asset_denied_total": 0,
-        "asset_user_throttled_total": 0,
-        "asset_global_throttled_total": 0,
-        "stream_cap": config.stream_cap,
-        "stream_active": 0,
-        "stream_served_total": 0,
-        "stream_denied_total": 0,
-        "stream_throttled_total": 0,
-        "abuse_enabled": config.abuse,
-        "abuse_tracked": 0,
-        "abuse_range_bans": 0,
-        "abuse_strikes_total": app.counters.abuse_strikes_total.load(Ordering::Relaxed),
-        "abuse_bans_total": 0,
-        "abuse_rejected_total": 0,
-        "abuse_dropped_total": 0,
-    })
+        "asset_served_total": assets.served_total,
+        "asset_denied_total": assets.denied_total,
+        "asset_user_throttled_total": assets.user_throttled_total,
+        "asset_global_throttled_total": assets.global_throttled_total,
+        "stream_cap": streams.cap,
+        "stream_active": streams.active,
+        "stream_served_total": streams.served_total,
+        "stream_denied_total": streams.denied_total,
+        "stream_throttled_total": streams.throttled_total,
+        "abuse_enabled": abuse.enabled,
+        "abuse_tracked": abuse.tracked,
+        "abuse_range_bans": abuse.range_bans,
+        "abuse_strikes_total": abuse.strikes_total,
+        "abuse_bans_total": abuse.bans_total,
+        "abuse_rejected_total": abuse.rejected_total,
+        "abuse_dropped_total": abuse.dropped_total,
+    });
+    // A second object: one `json!` with every key exceeds the macro recursion limit.
+    let priority_keys = json!({
+        "priority_lane_in_flight": generation.lane.in_use(),
+        "priority_lane_cap": generation.lane.cap(),
+        "priority_lane_waiting": generation.lane.waiting(),
+        "priority_lane_ranks": crate::priority::lane_ranks_text(config.priority_lane_rank),
+        "priority_lane_served_total": count(&priority.lane_served),
+        "priority_lane_full_total": count(&priority.lane_full),
+        "priority_grants_total": count(&priority.grants),
+        "priority_grants_cleared_total": count(&priority.grants_cleared),
+        "priority_grants_rejected_total": count(&priority.grants_rejected),
+        "priority_forms_total": count(&priority.forms),
+        "priority_forms_refused_total": count(&priority.forms_refused),
+    });
+    if let (Some(all), serde_json::Value::Object(extra)) = (stats.as_object_mut(), priority_keys) {
+        all.extend(extra);
+    }
+    stats
 }
 
 /// Prometheus text exposition of the same figures.
@@ -212,10 +242,17 @@ pub fn render_metrics(app: &App) -> Result<String, std::fmt::Error> {
         "Malformed requests refused before routing",
         app.counters.bad_requests_total.load(Ordering::Relaxed),
     );
+    let abuse = app.abuse.stats();
     counter(
         "abuse_strikes",
         "Strikes charged against clients",
-        app.counters.abuse_strikes_total.load(Ordering::Relaxed),
+        abuse.strikes_total,
+    );
+    counter("abuse_bans", "Bans started", abuse.bans_total);
+    counter(
+        "abuse_rejected",
+        "Requests refused because the client is banned",
+        abuse.rejected_total,
     );
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
@@ -292,4 +329,121 @@ async fn set_cap(
 
 fn error_json(status: StatusCode, message: &str) -> Response<Body> {
     json_response(status, json!({ "error": message }).to_string())
+}
+
+/// The abuse routes' gate: the admin token first (a wrong one is struck), then whether the
+/// registry is on at all.
+fn abuse_gate(app: &App, headers: &HeaderMap, client: Option<IpAddr>) -> Option<Response<Body>> {
+    if let Err(rejection) = authorize(app, headers, client) {
+        return Some(rejection.into_response(false));
+    }
+    if !app.abuse.enabled() {
+        return Some(error_json(
+            StatusCode::NOT_FOUND,
+            &crate::abuse::BanError::Disabled.to_string(),
+        ));
+    }
+    None
+}
+
+/// `GET /_room/abuse`: active bans, range count and tracked clients.
+async fn abuse_list(
+    State(app): State<Arc<App>>,
+    Extension(Client(client)): Extension<Client>,
+    headers: HeaderMap,
+) -> Response<Body> {
+    if let Some(refused) = abuse_gate(&app, &headers, client) {
+        return refused;
+    }
+    let body = json!({
+        "bans": app.abuse.bans(),
+        "ranges": app.abuse.range_count(),
+        "tracked": app.abuse.tracked(),
+    });
+    json_response(StatusCode::OK, body.to_string())
+}
+
+/// `DELETE /_room/abuse?client=X`: lifts a client (address or /64) or a range, forgetting its
+/// offense history.
+async fn abuse_unban(
+    State(app): State<Arc<App>>,
+    Extension(Client(client)): Extension<Client>,
+    headers: HeaderMap,
+    query: Result<
+        axum::extract::Query<std::collections::HashMap<String, String>>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Response<Body> {
+    if let Some(refused) = abuse_gate(&app, &headers, client) {
+        return refused;
+    }
+    let named = query
+        .ok()
+        .and_then(|axum::extract::Query(mut query)| query.remove("client"))
+        .unwrap_or_default();
+    let target = match crate::abuse::BanTarget::parse(&named) {
+        Ok(target) => target,
+        Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    let shown = target.to_string();
+    if !app.abuse.unban_target(target) {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            json!({"client": shown, "error": "client not tracked"}).to_string(),
+        );
+    }
+    json_response(StatusCode::OK, json!({ "unbanned": shown }).to_string())
+}
+
+#[derive(serde::Deserialize)]
+struct BanBody {
+    #[serde(default)]
+    client: String,
+    #[serde(default)]
+    duration: String,
+    #[serde(default)]
+    permanent: bool,
+}
+
+const BAN_DURATION_ERROR: &str =
+    "duration must be between 1m and 8760h, for example 30m or 24h, or the ban must be permanent";
+
+/// `POST /_room/abuse` `{"client": "...", "duration": "1h"}`, or `"duration": "permanent"` /
+/// `"permanent": true`: bans an address, a /64 or a range, and drops its waiting visitors.
+async fn abuse_ban(
+    State(app): State<Arc<App>>,
+    Extension(Client(client)): Extension<Client>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    use crate::abuse::{BanError, BanLength, BanTarget};
+    if let Some(refused) = abuse_gate(&app, &headers, client) {
+        return refused;
+    }
+    let request: BanBody = match serde_json::from_slice(&body) {
+        Ok(parsed) => parsed,
+        Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    let target = match BanTarget::parse(&request.client) {
+        Ok(target) => target,
+        Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    let length = if request.permanent || request.duration.trim() == "permanent" {
+        BanLength::Permanent
+    } else {
+        match crate::config::parse_go_duration(request.duration.trim()) {
+            Ok(d) if (60..=8760 * 3600).contains(&d.as_secs()) => BanLength::Timed(d),
+            _ => return error_json(StatusCode::BAD_REQUEST, BAN_DURATION_ERROR),
+        }
+    };
+    match app.abuse.ban(target, length) {
+        Ok(outcome) => match serde_json::to_string(&outcome) {
+            Ok(text) => json_response(StatusCode::OK, text),
+            Err(_) => Rejection::Internal.into_response(false),
+        },
+        Err(e @ (BanError::BadTarget | BanError::TooBroad)) => {
+            error_json(StatusCode::BAD_REQUEST, &e.to_string())
+        }
+        Err(e) => error_json(StatusCode::CONFLICT, &e.to_string()),
+    }
 }

@@ -30,6 +30,8 @@ pub enum Rejection {
     Unauthorized,
     /// Something broke inside Concert (never caused by input).
     Internal,
+    /// The client is banned: 429 with `Retry-After` while timed, 403 when permanent.
+    Banned(crate::abuse::BanLength),
 }
 
 impl Rejection {
@@ -42,6 +44,7 @@ impl Rejection {
             Rejection::QueueFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Rejection::Unauthorized => StatusCode::UNAUTHORIZED,
             Rejection::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Rejection::Banned(length) => crate::abuse::BanAnswer::new(*length).status(),
         }
     }
 
@@ -91,6 +94,14 @@ impl Rejection {
                     .header(header::ALLOW, allow)
                     .header(header::CONTENT_TYPE, TEXT);
                 Body::from("method not allowed\n")
+            }
+            Rejection::Banned(length) => {
+                let answer = crate::abuse::BanAnswer::new(length);
+                if let Some(secs) = answer.retry_after_secs() {
+                    builder = builder.header(header::RETRY_AFTER, secs);
+                }
+                builder = builder.header(header::CONTENT_TYPE, if html { HTML } else { JSON });
+                Body::from(answer.body(html))
             }
             Rejection::AdminDisabled | Rejection::Unauthorized | Rejection::Internal => {
                 Body::empty()

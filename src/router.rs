@@ -1,12 +1,17 @@
 //! The request pipeline, in order. Reading [`handle`] tells where any request goes:
 //!
 //! 1. hardening: request-target length, path normalisation (the origin gets the path the rules saw);
-//! 2. identify: the client address (socket peer, or trusted proxies' `X-Forwarded-For`);
+//! 2. identify: the client address (socket peer, or trusted proxies' `X-Forwarded-For`), then
+//!    one ban lookup and the ban-path check; a banned request is answered here, on every path,
+//!    and never logged;
 //! 3. reserved routes answered locally for every method and trailing slash: `/_room/…` (ops),
 //!    `/_concert/…` (waiting-page files and config), `/queue/status`;
 //! 4. `-bypass` paths: straight to the proxy;
-//! 5. everything else is gated: API-JSON interceptor + waiting room, then the proxy with the page
-//!    slot held until the response body has been delivered.
+//! 5. `-assets` (valid pass, per-pass pool, global pool), `-asset-public` (global pool) and
+//!    `-stream-paths` (valid pass, stream slot): outside the room, slots held to the end;
+//! 6. everything else is gated: priority gate (busy room only) → API-JSON interceptor + waiting
+//!    room → admission pass issue/slide → the proxy with the page (or lane) slot held until the
+//!    response body has been delivered → the origin's priority grant.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -17,10 +22,13 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use crate::assets::AssetRefusal;
 use crate::client::{is_html_client, resolve_client};
 use crate::config::paths::{RouteKind, normalize_request_path};
 use crate::cookies::read_cookie;
-use crate::proxy::{ForwardContext, SlotHold};
+use crate::pass::{ADMIT_COOKIE, PRIORITY_COOKIE, PassId, PassStatus, unix_now};
+use crate::priority::{GrantAction, LaneDecision, LaneRequest};
+use crate::proxy::{ForwardContext, OriginPriority, SlotHold};
 use crate::rejection::Rejection;
 use crate::room::{AdmitResult, Arrival, Decision, PollOutcome, Waiting};
 use crate::server::ConnInfo;
@@ -44,6 +52,9 @@ pub enum Stage {
     ConcertFiles,
     QueueStatus,
     Bypass,
+    Asset,
+    AssetPublic,
+    Stream,
     Gated,
 }
 
@@ -79,12 +90,18 @@ pub async fn handle(app: Arc<App>, conn: ConnInfo, req: Request<Incoming>) -> Re
             return rejection.into_response(is_html_client(req.headers()));
         }
     };
+    if let Some(ban) = app.abuse.enforce(info.client, info.path()) {
+        return banned(&generation, &info, &req, ban);
+    }
     let stage = classify(&generation, info.path());
     let response = match stage {
         Stage::Ops => crate::ops::handle(&app, &generation, &info, req).await,
         Stage::ConcertFiles => concert_files(&generation, &method, info.path()),
         Stage::QueueStatus => queue_status(&app, &generation, &info, &req),
         Stage::Bypass => forward(&app, &generation, &info, req, None).await,
+        Stage::Asset => private_asset(&app, &generation, &info, req).await,
+        Stage::AssetPublic => public_asset(&app, &generation, &info, req).await,
+        Stage::Stream => stream(&app, &generation, &info, req).await,
         Stage::Gated => gated(&app, &generation, &info, req).await,
     };
     if generation.config.access_log && logs_access(stage, info.path()) {
@@ -126,6 +143,33 @@ fn inspect(
     })
 }
 
+/// The answer to a banned client. A waiting page's status poll is told `ready` so the page
+/// reloads into the block notice; anything else gets the ban (429 or 403) and loses its
+/// `room_ticket`, so the client rejoins at the back once the ban ends.
+fn banned(
+    generation: &Generation,
+    info: &RequestInfo,
+    req: &Request<Incoming>,
+    ban: crate::abuse::BanLength,
+) -> Response<Body> {
+    if info.path() == "/queue/status" {
+        return json_response(
+            StatusCode::OK,
+            crate::abuse::answer::QUEUE_STATUS_READY.to_string(),
+        );
+    }
+    let mut response = Rejection::Banned(ban).into_response(info.html);
+    if read_cookie(req.headers(), TICKET_COOKIE).is_some() {
+        response.headers_mut().append(
+            header::SET_COOKIE,
+            generation
+                .cookies
+                .set(TICKET_COOKIE, "", 0, true, info.conn.tls),
+        );
+    }
+    response
+}
+
 /// Reserved prefixes first (they can never be claimed by a path list), then the path lists.
 pub fn classify(generation: &Generation, path: &str) -> Stage {
     if under(path, "/_room") {
@@ -139,9 +183,10 @@ pub fn classify(generation: &Generation, path: &str) -> Stage {
     }
     match generation.routes.classify(path) {
         Some(RouteKind::Bypass) => Stage::Bypass,
-        // The asset tier and stream guard are not separate stages yet: their paths are served as
-        // pages, under the page cap, which is safe for the origin.
-        Some(_) | None => Stage::Gated,
+        Some(RouteKind::Asset) => Stage::Asset,
+        Some(RouteKind::AssetPublic) => Stage::AssetPublic,
+        Some(RouteKind::Stream) => Stage::Stream,
+        None => Stage::Gated,
     }
 }
 
@@ -151,8 +196,10 @@ fn under(path: &str, prefix: &str) -> bool {
 }
 
 fn logs_access(stage: Stage, path: &str) -> bool {
-    !matches!(stage, Stage::QueueStatus | Stage::ConcertFiles)
-        && path != "/_room/healthz"
+    !matches!(
+        stage,
+        Stage::QueueStatus | Stage::ConcertFiles | Stage::Asset | Stage::AssetPublic
+    ) && path != "/_room/healthz"
         && path != "/_room/healthz/"
 }
 
@@ -193,13 +240,154 @@ async fn forward(
         .await
 }
 
-/// The catch-all: the waiting room decides, the proxy serves.
+/// Strike weight of a forged admission pass.
+const FORGED_PASS_STRIKE: u32 = 5;
+
+/// `Set-Cookie` for an admission pass value, with the pass TTL as `Max-Age`.
+fn pass_cookie(generation: &Generation, info: &RequestInfo, value: &str) -> HeaderValue {
+    generation.cookies.set(
+        ADMIT_COOKIE,
+        value,
+        generation.config.admit_ttl.as_secs(),
+        true,
+        info.conn.tls,
+    )
+}
+
+/// The pass check of asset and stream requests: verify (charging a forged pass) and, for a
+/// valid pass past half its life, the re-signed cookie (same id). Passes are never issued here.
+fn check_pass(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: &Request<Incoming>,
+) -> (PassStatus, Option<HeaderValue>) {
+    let now = unix_now();
+    let status = app
+        .pass
+        .verify_cookie(read_cookie(req.headers(), ADMIT_COOKIE), now);
+    if status.is_forged() {
+        app.strike(info.client, FORGED_PASS_STRIKE, "forged admission pass");
+    }
+    let slid = status
+        .valid()
+        .and_then(|pass| app.pass.slide(pass, now, generation.config.admit_ttl))
+        .map(|value| pass_cookie(generation, info, &value));
+    (status, slid)
+}
+
+fn with_cookie(mut response: Response<Body>, cookie: Option<HeaderValue>) -> Response<Body> {
+    if let Some(cookie) = cookie {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// `-assets`: a valid pass, a slot in the pass's own pool for its protocol family, then a
+/// global slot; both held until the response is delivered. Never reaches the origin otherwise.
+async fn private_asset(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let tier = &generation.assets;
+    let (status, slid) = check_pass(app, generation, info, &req);
+    let Some(pass) = status.valid() else {
+        return tier.deny().into_response();
+    };
+    let peer_trusted = info
+        .conn
+        .peer
+        .is_some_and(|peer| generation.config.trusted_proxies.contains(peer));
+    let family = tier.family(req.version(), req.headers(), peer_trusted);
+    let response = match tier.admit_private(&pass.id, family).await {
+        Ok(hold) => forward(app, generation, info, req, Some(Box::new(hold))).await,
+        Err(refusal) => {
+            if refusal == AssetRefusal::UserPoolFull {
+                app.strike(
+                    info.client,
+                    refusal.strike_weight(),
+                    "per-pass asset pool exhausted",
+                );
+            }
+            refusal.into_response()
+        }
+    };
+    with_cookie(response, slid)
+}
+
+/// `-asset-public`: no pass, only the global pool.
+async fn public_asset(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    match generation.assets.admit_public().await {
+        Ok(hold) => forward(app, generation, info, req, Some(Box::new(hold))).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// `-stream-paths`: a valid pass and a stream slot (never waited for), held for the life of the
+/// streamed body or the upgraded connection.
+async fn stream(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let guard = &generation.streams;
+    let (status, slid) = check_pass(app, generation, info, &req);
+    if status.valid().is_none() {
+        return guard.deny().into_response();
+    }
+    let response = match guard.enter() {
+        Ok(slot) => forward(app, generation, info, req, Some(Box::new(slot))).await,
+        Err(refusal) => refusal.into_response(),
+    };
+    with_cookie(response, slid)
+}
+
+/// The catch-all: the priority gate (when the room is busy), then the waiting room decides, and
+/// the proxy serves.
 async fn gated(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
     req: Request<Incoming>,
 ) -> Response<Body> {
+    let config = &generation.config;
+    let now = unix_now();
+    let pass = app
+        .pass
+        .verify_cookie(read_cookie(req.headers(), ADMIT_COOKIE), now);
+    let rank = app.priority.request_rank(
+        &app.pass,
+        read_cookie(req.headers(), PRIORITY_COOKIE),
+        pass.valid(),
+        now,
+    );
+    app.priority.count_request(rank);
+    if app.room.is_busy() {
+        let request = LaneRequest {
+            rank,
+            form: config.priority_forms
+                && !matches!(*req.method(), Method::GET | Method::HEAD)
+                && pass.valid().is_some(),
+            lane_rank: config.priority_lane_rank,
+            wait: config.priority_wait,
+            retry_after: config.effective_retry_after(),
+        };
+        match app.priority.gate(&generation.lane, request).await {
+            LaneDecision::Lane(slot) => {
+                return admitted(app, generation, info, req, Box::new(slot)).await;
+            }
+            LaneDecision::Refused(refusal) => return refusal.into_response(info.html),
+            LaneDecision::Room => {}
+        }
+    }
     let arrival = Arrival {
         ticket_cookie: read_cookie(req.headers(), TICKET_COOKIE),
         pass_cookie: read_cookie(req.headers(), PASS_COOKIE),
@@ -207,7 +395,12 @@ async fn gated(
     };
     let admission = match app.room.arrive(arrival) {
         Decision::Admit(admission) => admission,
-        Decision::Wait(waiting) => return waiting_response(generation, info, &waiting),
+        Decision::Wait(waiting) => {
+            if rank.as_u8() > 0 {
+                app.room.set_ticket_rank(&waiting.token, rank.as_u8());
+            }
+            return waiting_response(generation, info, &waiting);
+        }
         Decision::Full => {
             let retry_after = generation.config.effective_retry_after();
             return Rejection::QueueFull { retry_after }.into_response(info.html);
@@ -216,11 +409,64 @@ async fn gated(
     // Waiting for a slot ends early if the client goes away: hyper drops this future, the
     // admission is dropped with it, and the room retires the ticket.
     match app.room.admit(admission).await {
-        AdmitResult::Admitted(slot) => {
-            forward(app, generation, info, req, Some(Box::new(slot))).await
-        }
+        AdmitResult::Admitted(slot) => admitted(app, generation, info, req, Box::new(slot)).await,
         AdmitResult::Requeued(waiting) => waiting_response(generation, info, &waiting),
     }
+}
+
+/// The gated handler: issue or slide the admission pass (a forged one is charged), proxy with
+/// `hold` kept until the response is delivered, then turn the origin's `Concert-Priority` into
+/// a grant bound to the pass.
+async fn admitted(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<Incoming>,
+    hold: SlotHold,
+) -> Response<Body> {
+    let now = unix_now();
+    let status = app
+        .pass
+        .verify_cookie(read_cookie(req.headers(), ADMIT_COOKIE), now);
+    if status.is_forged() {
+        app.strike(info.client, FORGED_PASS_STRIKE, "forged admission pass");
+    }
+    let issued = app
+        .pass
+        .issue_for_page(&status, now, generation.config.admit_ttl);
+    let cookie = issued
+        .cookie
+        .as_deref()
+        .map(|value| pass_cookie(generation, info, value));
+    let mut response = forward(app, generation, info, req, Some(hold)).await;
+    if let (Some(OriginPriority(value)), Some(id)) = (
+        response.extensions_mut().remove::<OriginPriority>(),
+        issued.id,
+    ) {
+        apply_grant(app, generation, info, &mut response, &value, &id, now);
+    }
+    with_cookie(response, cookie)
+}
+
+fn apply_grant(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    response: &mut Response<Body>,
+    value: &HeaderValue,
+    pass: &PassId,
+    now: u64,
+) {
+    let cookie = match app.priority.grant_from_origin(&app.pass, value, pass, now) {
+        GrantAction::Set { value, max_age } => {
+            generation
+                .cookies
+                .set(PRIORITY_COOKIE, &value, max_age, true, info.conn.tls)
+        }
+        GrantAction::Clear => generation.cookies.clear(PRIORITY_COOKIE, info.conn.tls),
+        GrantAction::Keep => return,
+    };
+    response.headers_mut().append(header::SET_COOKIE, cookie);
 }
 
 /// A queued visitor's answer: the waiting page for browsers (and for everyone with

@@ -167,7 +167,7 @@ fn shown(default: &str) -> &str {
 
 /// The clap command for every flag. Defaults live in `Config`, not in clap, so clap reports
 /// only what was given on the command line.
-pub(super) fn command() -> Command {
+pub fn command() -> Command {
     let mut command = Command::new("concert")
         .about("FIFO waiting-room reverse proxy")
         .color(ColorChoice::Never)

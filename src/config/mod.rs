@@ -203,6 +203,9 @@ pub struct Config {
     /// `CONCERT_ADMIT_SECRET`; `validate` fills it with random bytes when unset.
     pub admit_secret: Option<Vec<u8>>,
     pub admit_secret_generated: bool,
+    /// `CONCERT_ADMIT_SECRET_PREVIOUS`: the secret being rotated out. Passes and grants signed
+    /// under it stay valid until they expire and move to the current secret when they slide.
+    pub admit_secret_previous: Option<Vec<u8>>,
     /// `CONCERT_PORTAL_PASS`; empty means no portal and no history.
     pub portal_pass: String,
     /// `-demo`: run a built-in demo origin.
@@ -280,6 +283,7 @@ impl Default for Config {
             admin_token: String::new(),
             admit_secret: None,
             admit_secret_generated: false,
+            admit_secret_previous: None,
             portal_pass: String::new(),
             demo: false,
             log_format: LogFormat::Text,
@@ -301,6 +305,10 @@ impl fmt::Debug for Config {
             .field("admin_token", &redacted(!self.admin_token.is_empty()))
             .field("admit_secret", &redacted(self.admit_secret.is_some()))
             .field("admit_secret_generated", &self.admit_secret_generated)
+            .field(
+                "admit_secret_previous",
+                &redacted(self.admit_secret_previous.is_some()),
+            )
             .field("portal_pass", &redacted(!self.portal_pass.is_empty()))
             .field("demo", &self.demo)
             .field("log_format", &self.log_format)
@@ -535,6 +543,8 @@ fn load_secrets(config: &mut Config, env: &dyn EnvSource) {
     config.admin_token = env_value(env, "CONCERT_ADMIN_TOKEN").unwrap_or_default();
     config.admit_secret = env_value(env, "CONCERT_ADMIT_SECRET").map(String::into_bytes);
     config.admit_secret_generated = false;
+    config.admit_secret_previous =
+        env_value(env, "CONCERT_ADMIT_SECRET_PREVIOUS").map(String::into_bytes);
     config.portal_pass = env_value(env, "CONCERT_PORTAL_PASS").unwrap_or_default();
 }
 

@@ -109,6 +109,14 @@ fn check_tls(config: &Config) -> Result<(), String> {
 }
 
 fn check_admit_secret(config: &mut Config) -> Result<(), String> {
+    if let Some(previous) = &config.admit_secret_previous
+        && previous.len() < MIN_ADMIT_SECRET_LEN
+    {
+        return Err(format!(
+            "CONCERT_ADMIT_SECRET_PREVIOUS must be at least {MIN_ADMIT_SECRET_LEN} bytes (it has {})",
+            previous.len()
+        ));
+    }
     match &config.admit_secret {
         Some(secret) if secret.len() < MIN_ADMIT_SECRET_LEN => Err(format!(
             "CONCERT_ADMIT_SECRET must be at least {MIN_ADMIT_SECRET_LEN} bytes (it has {})",

@@ -87,6 +87,27 @@ pub struct ForwardContext {
 /// Whatever keeps a page or stream slot busy; dropping it releases the slot.
 pub type SlotHold = Box<dyn std::any::Any + Send + Sync>;
 
+/// The origin's `Concert-Priority` header (its last line). The proxy removes the header from
+/// every response and leaves it here, in the response's extensions, which never reach the
+/// client: only the gated handler turns it into a grant.
+#[derive(Debug, Clone)]
+pub struct OriginPriority(pub HeaderValue);
+
+fn take_origin_priority(parts: &mut http::response::Parts) {
+    let last = parts
+        .headers
+        .get_all(ORIGIN_PRIORITY_HEADER)
+        .iter()
+        .next_back()
+        .cloned();
+    if let Some(value) = last {
+        parts.headers.remove(ORIGIN_PRIORITY_HEADER);
+        parts.extensions.insert(OriginPriority(value));
+    }
+}
+
+const ORIGIN_PRIORITY_HEADER: &str = "concert-priority";
+
 type UpstreamClient = Client<BoundedConnector, Body>;
 
 /// A reverse proxy to one origin. Cheap to share behind an `Arc`; clients and their
@@ -249,12 +270,14 @@ impl Proxy {
             let origin_side = hyper::upgrade::on(&mut response);
             headers::strip_response(response.headers_mut(), true);
             tokio::spawn(body::tunnel(client_side, origin_side, hold));
-            let (parts, _) = response.into_parts();
+            let (mut parts, _) = response.into_parts();
+            take_origin_priority(&mut parts);
             return Response::from_parts(parts, Body::empty());
         }
 
         let (mut parts, incoming) = response.into_parts();
         headers::strip_response(&mut parts.headers, false);
+        take_origin_priority(&mut parts);
         Response::from_parts(parts, Body::new(HeldBody::new(incoming, hold)))
     }
 }

@@ -15,7 +15,12 @@ use tokio::net::TcpStream;
 /// Starts Concert in-process with Go-style `args` (plus `-data-dir ""`) and an explicit env.
 pub async fn concert_with_env(args: &[&str], env: &[(&str, &str)]) -> concert::Running {
     let mut argv: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    argv.push("-data-dir=".into());
+    if !args
+        .iter()
+        .any(|a| a.trim_start_matches('-').starts_with("data-dir"))
+    {
+        argv.push("-data-dir=".into());
+    }
     let env: HashMap<String, String> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -27,6 +32,21 @@ pub async fn concert_with_env(args: &[&str], env: &[(&str, &str)]) -> concert::R
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     concert::start(config, Some(listener)).await.unwrap()
+}
+
+/// Like [`concert_with_env`], but returns the start-up error instead of panicking.
+pub async fn try_concert(args: &[&str]) -> Result<concert::Running, String> {
+    let argv: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let env: HashMap<String, String> = HashMap::new();
+    let config = match config::load(&argv, &env) {
+        Ok(Loaded::Run(config)) => *config,
+        Ok(_) => return Err("not runnable".into()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    concert::start(config, Some(listener))
+        .await
+        .map_err(|e| e.to_string())
 }
 
 pub async fn concert(args: &[&str]) -> concert::Running {

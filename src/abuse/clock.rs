@@ -1,0 +1,76 @@
+//! Wall-clock time for the registry, injectable so tests can move it by hand.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A source of wall-clock time in unix nanoseconds.
+pub trait Clock: Send + Sync {
+    fn now_nanos(&self) -> i64;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_nanos(&self) -> i64 {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(since) => i64::try_from(since.as_nanos()).unwrap_or(i64::MAX - 1),
+            // A clock set before 1970 is broken; treat it as the epoch rather than fail.
+            Err(_) => 0,
+        }
+    }
+}
+
+/// A clock that only moves when told to.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    nanos: AtomicI64,
+}
+
+impl ManualClock {
+    pub fn at(unix_nanos: i64) -> Self {
+        ManualClock {
+            nanos: AtomicI64::new(unix_nanos),
+        }
+    }
+
+    pub fn set(&self, unix_nanos: i64) {
+        self.nanos.store(unix_nanos, Ordering::SeqCst);
+    }
+
+    pub fn advance(&self, by: Duration) {
+        let by = i64::try_from(by.as_nanos()).unwrap_or(i64::MAX);
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                Some(now.saturating_add(by))
+            });
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_nanos(&self) -> i64 {
+        self.nanos.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let clock = ManualClock::at(1_000);
+        assert_eq!(clock.now_nanos(), 1_000);
+        clock.advance(Duration::from_nanos(500));
+        assert_eq!(clock.now_nanos(), 1_500);
+        clock.set(7);
+        assert_eq!(clock.now_nanos(), 7);
+    }
+
+    #[test]
+    fn system_clock_is_after_2020() {
+        assert!(SystemClock.now_nanos() > 1_577_836_800 * 1_000_000_000);
+    }
+}
