@@ -1,0 +1,63 @@
+complete -c concert -l cap -d 'Visitors served by the origin at the same time; everyone else waits in line. [default: 434] [env: CONCERT_CAPACITY]' -r
+complete -c concert -l max-queue -d 'Most visitors allowed to wait; newcomers beyond it are turned away. 0 means no limit. [default: 369] [env: CONCERT_MAX_QUEUE]' -r
+complete -c concert -l token-ttl -d 'How long a waiting ticket survives without a poll. 0 uses the room default of 5m. [default: 0s] [env: CONCERT_TOKEN_TTL]' -r
+complete -c concert -l first-poll-grace -d 'Time a new ticket has to make its first status poll before it is dropped. 0 turns the rule off; otherwise at least twice the retry interval. [default: 30s] [env: CONCERT_FIRST_POLL_GRACE]' -r
+complete -c concert -l reaper -d 'How often abandoned tickets are cleared. 0 uses the room default of 5m. [default: 36s] [env: CONCERT_REAPER]' -r
+complete -c concert -l retry-after -d 'Retry-After sent to waiting clients and the page\'s poll interval. Values below 1 become 1. [default: 5] [env: CONCERT_RETRY_AFTER]' -r
+complete -c concert -l api-json -d 'Clients that do not accept HTML get a 429 JSON answer instead of the waiting page. [default: true] [env: CONCERT_API_JSON]' -r
+complete -c concert -l html -d 'HTML file used as the waiting page. Empty uses the built-in page. [default: ""] [env: CONCERT_HTML_FILE]' -r
+complete -c concert -l fastlane-config -d 'Fast lane configuration. Empty uses fastlane.json in the data directory when present. Restart to change. [default: ""] [env: CONCERT_FASTLANE_CONFIG]' -r
+complete -c concert -l networks-config -d 'Payment network configuration. Empty uses networks.json in the data directory. Restart to change. [default: ""] [env: CONCERT_NETWORKS_CONFIG]' -r
+complete -c concert -l fastlane-entry-ttl -d 'How long a paid fast lane entry stays usable. 0 or between 30s and 24h. [default: 5m0s] [env: CONCERT_FASTLANE_ENTRY_TTL]' -r
+complete -c concert -l rate -d 'Price to skip the line. Pricing is on when this or the surge price is above 0. [default: 0] [env: CONCERT_RATE]' -r
+complete -c concert -l surge -d 'Extra price added as the room fills up. [default: 0] [env: CONCERT_SURGE]' -r
+complete -c concert -l skip-url -d 'Where the waiting page\'s skip-the-line link points: a path or an http(s) URL. [default: ""] [env: CONCERT_SKIP_URL]' -r
+complete -c concert -l pass -d 'How long a bought skip pass lasts. 0 or between 1m and 24h. [default: 0s] [env: CONCERT_PASS_DURATION]' -r
+complete -c concert -l priority-cap -d 'Extra slots for visitors holding a priority grant. 0 means a quarter of the capacity (at least 1). [default: 0] [env: CONCERT_PRIORITY_CAP]' -r
+complete -c concert -l priority-lane-rank -d 'Grant ranks up to this one may use the priority lane. 7 means no rank does. [default: 3] [env: CONCERT_PRIORITY_LANE_RANK]' -r
+complete -c concert -l priority-wait -d 'How long a priority request may wait for a lane slot. At most 1m. [default: 5s] [env: CONCERT_PRIORITY_WAIT]' -r
+complete -c concert -l priority-forms -d 'Form submissions from admitted visitors use the priority lane while the room is full. [default: true] [env: CONCERT_PRIORITY_FORMS]' -r
+complete -c concert -l listen -d 'Address the public listener binds to. Restart to change. [default: :8080] [env: CONCERT_LISTEN]' -r
+complete -c concert -l upstream -d 'The protected site, as an http or https URL. [default: http://127.0.0.1:3000] [env: CONCERT_UPSTREAM]' -r
+complete -c concert -l upstream-timeout -d 'How long to wait for the origin\'s response headers. 0 waits forever. [default: 30s] [env: CONCERT_UPSTREAM_TIMEOUT]' -r
+complete -c concert -l preserve-host -d 'Forward the visitor\'s Host header instead of the origin\'s host. [default: true] [env: CONCERT_PRESERVE_HOST]' -r
+complete -c concert -l trusted-proxies -d 'Addresses or CIDRs whose X-Forwarded-For header is believed. [default: 127.0.0.1/32,::1/128] [env: CONCERT_TRUSTED_PROXIES]' -r
+complete -c concert -l access-log -d 'Write one line per request to standard output. [default: true] [env: CONCERT_ACCESS_LOG]' -r
+complete -c concert -l secure-cookie -d 'Mark cookies Secure; turn on when visitors reach the site over HTTPS. [default: false] [env: CONCERT_SECURE_COOKIE]' -r
+complete -c concert -l cookie-path -d 'Path attribute of the waiting-room and pass cookies. [default: /] [env: CONCERT_COOKIE_PATH]' -r
+complete -c concert -l cookie-domain -d 'Domain attribute of the cookies. Empty keeps them on the exact host. [default: ""] [env: CONCERT_COOKIE_DOMAIN]' -r
+complete -c concert -l bypass -d 'Paths sent straight to the origin without waiting. A trailing /* covers everything below. [default: /favicon.ico] [env: CONCERT_BYPASS]' -r
+complete -c concert -l ban-paths -d 'Paths only scanners ask for; a request to one bans the client at once. Needs abuse protection on. [default: ""] [env: CONCERT_BAN_PATHS]' -r
+complete -c concert -l assets -d 'Paths served to admitted visitors outside the page slots, limited per visitor. [default: ""] [env: CONCERT_ASSETS]' -r
+complete -c concert -l asset-public -d 'Asset paths anyone may fetch without an admission pass, within the global asset limit. [default: ""] [env: CONCERT_ASSET_PUBLIC]' -r
+complete -c concert -l asset-cap -d 'Asset requests in flight across all visitors. 0 means capacity times the HTTP/2 per-visitor limit. [default: 0] [env: CONCERT_ASSET_CAP]' -r
+complete -c concert -l asset-wait -d 'How long an asset request waits for a global slot before 503. [default: 2s] [env: CONCERT_ASSET_WAIT]' -r
+complete -c concert -l asset-user-cap-h1 -d 'Asset requests one visitor may have in flight over HTTP/1. [default: 8] [env: CONCERT_ASSET_USER_CAP_H1]' -r
+complete -c concert -l asset-user-cap-h2 -d 'Asset requests one visitor may have in flight over HTTP/2 or HTTP/3. [default: 128] [env: CONCERT_ASSET_USER_CAP_H2]' -r
+complete -c concert -l asset-user-wait -d 'How long an asset request waits for the visitor\'s own slot before 429. [default: 2s] [env: CONCERT_ASSET_USER_WAIT]' -r
+complete -c concert -l admit-ttl -d 'Lifetime of the pass an admitted visitor receives; it slides while in use. At least 30s. [default: 10m0s] [env: CONCERT_ADMIT_TTL]' -r
+complete -c concert -l client-proto-header -d 'Header a front proxy sets to the visitor\'s HTTP version, used to pick the per-visitor asset limit. [default: ""] [env: CONCERT_CLIENT_PROTO_HEADER]' -r
+complete -c concert -l stream-paths -d 'WebSocket and server-sent-event paths for admitted visitors, outside the page slots. [default: ""] [env: CONCERT_STREAM_PATHS]' -r
+complete -c concert -l stream-cap -d 'Streams open at the same time across all visitors. [default: 1000] [env: CONCERT_STREAM_CAP]' -r
+complete -c concert -l abuse -d 'Count strikes and ban misbehaving clients. Off keeps existing bans but stops enforcing them. [default: true] [env: CONCERT_ABUSE]' -r
+complete -c concert -l abuse-strikes -d 'Strikes within the window that ban a client. At least 1 while protection is on. [default: 20] [env: CONCERT_ABUSE_STRIKES]' -r
+complete -c concert -l abuse-window -d 'Strikes older than this are forgotten. [default: 1m0s] [env: CONCERT_ABUSE_WINDOW]' -r
+complete -c concert -l abuse-cooldown -d 'Length of a first ban; repeat offenders get longer ones. [default: 5m0s] [env: CONCERT_ABUSE_COOLDOWN]' -r
+complete -c concert -l abuse-max-cooldown -d 'Upper bound for escalating bans; not shorter than the first ban. [default: 24h0m0s] [env: CONCERT_ABUSE_MAX_COOLDOWN]' -r
+complete -c concert -l abuse-max-entries -d 'Most clients the abuse registry remembers at once. [default: 100000] [env: CONCERT_ABUSE_MAX_ENTRIES]' -r
+complete -c concert -l abuse-allow -d 'Addresses or CIDRs that never collect strikes or bans. [default: ""] [env: CONCERT_ABUSE_ALLOW]' -r
+complete -c concert -l tls-domains -d 'Host names to get Let\'s Encrypt certificates for; setting any turns on HTTPS. [default: ""] [env: CONCERT_TLS_DOMAINS]' -r
+complete -c concert -l tls-email -d 'Address Let\'s Encrypt may write to about the certificates. [default: ""] [env: CONCERT_TLS_EMAIL]' -r
+complete -c concert -l tls-cache -d 'Directory keeping the account key and certificates. [default: /var/lib/concert/acme] [env: CONCERT_TLS_CACHE]' -r
+complete -c concert -l tls-staging -d 'Get untrusted test certificates from Let\'s Encrypt staging. [default: false] [env: CONCERT_TLS_STAGING]' -r
+complete -c concert -l portal-listen -d 'Address of the admin portal listener. Empty turns the listener off. Restart to change. [default: 127.0.0.1:8081] [env: CONCERT_PORTAL_LISTEN]' -r
+complete -c concert -l portal-allow -d 'Addresses or CIDRs allowed to reach the portal. [default: 127.0.0.1/32,::1/128] [env: CONCERT_PORTAL_ALLOW]' -r
+complete -c concert -l portal-session-ttl -d 'How long a portal sign-in lasts. At least 5m. [default: 8h0m0s] [env: CONCERT_PORTAL_SESSION_TTL]' -r
+complete -c concert -l portal-secure-cookie -d 'Mark the portal session cookie Secure; turn on when the portal is reached over HTTPS. [default: false] [env: CONCERT_PORTAL_SECURE_COOKIE]' -r
+complete -c concert -l history-log -d 'Request history file. Empty uses history.jsonl in the data directory; off keeps history in memory only. Restart to change. [default: ""] [env: CONCERT_HISTORY_LOG]' -r
+complete -c concert -l data-dir -d 'Directory for settings.json, bans, the queue snapshot and history. Empty turns persistence off. [default: /var/lib/concert/data] [env: CONCERT_DATA_DIR]' -r
+complete -c concert -l demo -d 'Run a built-in demo origin. [default: false] [env: CONCERT_DEMO]' -r
+complete -c concert -l log-format -d 'Process log format: text or json. [default: text] [env: CONCERT_LOG_FORMAT]' -r
+complete -c concert -l workers -d 'Runtime worker threads. 0 uses TOKIO_WORKER_THREADS when set, else one per core. [default: 0] [env: CONCERT_WORKERS]' -r
+complete -c concert -l version -d 'Print the version and exit. [default: false]' -r
+complete -c concert -s h -l help -d 'Print this help and exit.'

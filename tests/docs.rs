@@ -1,0 +1,100 @@
+//! The generated documentation stays in step with the code: the committed reference, README flag
+//! table, man page and completions equal what the generator renders now, and the reference names
+//! exactly the flags `concert -h` prints.
+
+#[path = "../examples/gen-docs/render.rs"]
+mod render;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+#[test]
+fn committed_docs_match_the_generator() {
+    let root = Path::new(ROOT);
+    let mut stale = Vec::new();
+    for output in render::outputs(root).unwrap() {
+        let committed = std::fs::read_to_string(root.join(&output.path)).unwrap_or_default();
+        if committed != output.contents {
+            stale.push(output.path.display().to_string());
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "out of date: {stale:?}; run `cargo run --example gen-docs` and commit the result"
+    );
+}
+
+/// Flag names (`cap`, `max-queue`) defined in `-h` output: the lines that start with `--name`.
+fn long_flags_in_help(help: &str) -> BTreeSet<String> {
+    help.lines()
+        .map(str::trim_start)
+        .map(|line| line.strip_prefix("-h, ").unwrap_or(line))
+        .filter_map(|line| line.strip_prefix("--"))
+        .map(|rest| {
+            rest.chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+        })
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+fn flags_in_reference(reference: &str) -> BTreeSet<String> {
+    reference
+        .lines()
+        .filter_map(|line| line.strip_prefix("### `-"))
+        .filter_map(|rest| rest.strip_suffix('`'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn reference_lists_exactly_the_flags_of_help() {
+    let out = Command::new(env!("CARGO_BIN_EXE_concert"))
+        .arg("-h")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut from_help = long_flags_in_help(&String::from_utf8_lossy(&out.stdout));
+    from_help.remove("help");
+    assert!(from_help.contains("cap") && from_help.contains("data-dir"));
+    let reference = std::fs::read_to_string(Path::new(ROOT).join("docs/reference.md")).unwrap();
+    assert_eq!(flags_in_reference(&reference), from_help);
+}
+
+#[test]
+fn readme_table_sits_between_its_markers() {
+    let spliced = render::splice_readme(
+        "a\n<!-- flags:start -->\nold\n<!-- flags:end -->\nb\n",
+        "new\n",
+    )
+    .unwrap();
+    assert_eq!(
+        spliced,
+        "a\n<!-- flags:start -->\nnew\n<!-- flags:end -->\nb\n"
+    );
+    assert!(render::splice_readme("no markers", "x").is_err());
+    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
+    assert!(readme.contains("| `-cap` | `CONCERT_CAPACITY` | `434` |"));
+}
+
+#[test]
+fn man_page_and_completions_name_every_flag() {
+    let man = render::man_page().unwrap();
+    assert!(man.contains("\n.TH concert 1 "), "{}", &man[..200]);
+    let bash = render::completion(clap_complete::Shell::Bash).unwrap();
+    for def in concert::config::SETTINGS {
+        let name = def.flag_name();
+        assert!(
+            man.contains(&name.replace('-', "\\-")),
+            "man page lacks {name}"
+        );
+        assert!(
+            bash.contains(&format!("--{name}")),
+            "bash completion lacks {name}"
+        );
+    }
+}
