@@ -212,18 +212,37 @@ pub struct App {
     pub priority: priority::Priority,
     /// Serialises live changes so two of them never interleave build and swap.
     change_lock: parking_lot::Mutex<()>,
+    /// The configuration before settings.json was applied: what "reset" restores.
+    baseline: Arc<Config>,
+    /// The locked data directory, when persistence is on.
+    pub data_dir: Option<Arc<persist::DataDir>>,
 }
 
 /// A refused live change, with the status the API answers.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeError {
+    /// The change itself is wrong (400); nothing was applied or written.
     #[error("{0}")]
     Invalid(String),
+    /// The change is valid but could not be saved (500); nothing was applied.
+    #[error("the change was not applied because it could not be saved: {0}")]
+    Persist(String),
 }
 
 impl App {
     /// Validates nothing: `config` must already have passed [`Config::validate`].
     pub fn new(config: Config) -> Result<Arc<App>, BuildError> {
+        let baseline = config.clone();
+        App::with_data_dir(config, baseline, None)
+    }
+
+    /// As [`App::new`], with the pre-file `baseline` and the data directory live changes are
+    /// saved to.
+    pub fn with_data_dir(
+        config: Config,
+        baseline: Config,
+        data_dir: Option<Arc<persist::DataDir>>,
+    ) -> Result<Arc<App>, BuildError> {
         let generation = Generation::build(Arc::new(config), None)?;
         let room = Room::new(generation.room_settings());
         let config = &generation.config;
@@ -245,6 +264,8 @@ impl App {
             pass,
             priority: priority::Priority::new(),
             change_lock: parking_lot::Mutex::new(()),
+            baseline: Arc::new(baseline),
+            data_dir,
         }))
     }
 
@@ -254,25 +275,97 @@ impl App {
     }
 
     /// Applies a live settings change: edit a copy, validate it whole, build a new generation,
-    /// swap it in, then reconfigure the long-lived room. All or nothing.
+    /// save settings.json (with a data dir), swap it in, then reconfigure the long-lived parts.
+    /// All or nothing: a change that cannot be saved is not applied.
     pub fn change_settings(
         &self,
-        edit: impl FnOnce(&mut Config) -> Result<(), String>,
+        edit: impl FnOnce(&mut Config, &Config) -> Result<(), String>,
+    ) -> Result<Arc<Generation>, ChangeError> {
+        self.change_settings_inner(edit, true)
+    }
+
+    /// Sets `changes` (settings-file keys and JSON values, checked one by one) and resets `resets`
+    /// to their pre-file values, as the settings API does. Problems are reported together.
+    pub fn apply_change(
+        &self,
+        changes: &serde_json::Map<String, serde_json::Value>,
+        resets: &[String],
+    ) -> Result<Arc<Generation>, ChangeError> {
+        if changes.is_empty() && resets.is_empty() {
+            return Err(ChangeError::Invalid("nothing to change".into()));
+        }
+        self.change_settings(|config, baseline| {
+            let mut problems = Vec::new();
+            let mut keys: Vec<&String> = changes.keys().collect();
+            keys.sort();
+            for key in keys {
+                if let Err(problem) = config.set_json(key, &changes[key]) {
+                    problems.push(problem);
+                }
+            }
+            for key in resets {
+                if let Err(problem) = config.reset_from(key, baseline) {
+                    problems.push(problem);
+                }
+            }
+            if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(problems.join("; "))
+            }
+        })
+    }
+
+    /// Re-reads settings.json (SIGHUP): the file's values on top of the pre-file baseline. An
+    /// unreadable or invalid file changes nothing and says why.
+    pub fn reload_settings_file(&self) -> Result<Arc<Generation>, ChangeError> {
+        let Some(dir) = self.data_dir.clone() else {
+            return Err(ChangeError::Invalid(
+                "no data dir, so there is no settings.json to reload".into(),
+            ));
+        };
+        self.change_settings_inner(
+            |config, baseline| {
+                let mut fresh = baseline.clone();
+                persist::apply_settings_file(&dir, &mut fresh).map_err(|e| e.to_string())?;
+                *config = fresh;
+                Ok(())
+            },
+            false,
+        )
+    }
+
+    fn change_settings_inner(
+        &self,
+        edit: impl FnOnce(&mut Config, &Config) -> Result<(), String>,
+        save: bool,
     ) -> Result<Arc<Generation>, ChangeError> {
         let _serial = self.change_lock.lock();
         let current = self.generation.load_full();
         let mut next = Config::clone(&current.config);
-        edit(&mut next).map_err(ChangeError::Invalid)?;
+        edit(&mut next, &self.baseline).map_err(ChangeError::Invalid)?;
         next.validate()
             .map_err(|e| ChangeError::Invalid(e.to_string()))?;
         let generation = Generation::build(Arc::new(next), Some(&current))
             .map_err(|e| ChangeError::Invalid(format!("settings are unusable: {e}")))?;
+        if save && let Some(dir) = &self.data_dir {
+            persist::save_settings(dir, &generation.config)
+                .map_err(|e| ChangeError::Persist(e.to_string()))?;
+        }
         let generation = Arc::new(generation);
         self.generation.store(generation.clone());
         self.room.reconfigure(generation.room_settings());
         self.abuse
             .reconfigure(abuse::AbuseSettings::from_config(&generation.config));
         Ok(generation)
+    }
+
+    /// Writes bans.json now (admin actions answer only once their ban is on disk).
+    pub fn flush_bans(&self) -> Result<(), persist::PersistError> {
+        match &self.data_dir {
+            Some(dir) => persist::save_bans(dir, &self.abuse),
+            None => Ok(()),
+        }
     }
 
     /// Charges strikes against a client in the abuse registry (a no-op for exempt or unknown
@@ -342,12 +435,37 @@ impl Running {
 /// How long in-flight requests get to finish on shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
-/// Builds the app from a validated configuration, binds `-listen` (or uses `listener`), and
-/// serves in the background. The reaper runs until the server stops.
+/// Opens the data dir (when configured) and applies settings.json, validates the whole
+/// configuration, builds the app, restores bans and the line, binds `-listen` (or uses
+/// `listener`), and serves in the background. On stop it saves bans and the line.
 pub async fn start(
-    config: Config,
+    mut config: Config,
     listener: Option<tokio::net::TcpListener>,
 ) -> Result<Running, StartError> {
+    let baseline = config.clone();
+    let data_dir = open_data_dir(&mut config)?;
+    config.validate().map_err(|e| {
+        let hint = match &data_dir {
+            Some(dir)
+                if config::table::SETTINGS
+                    .iter()
+                    .any(|d| config.source(d.key) == config::Source::File) =>
+            {
+                format!(
+                    " (with values from {})",
+                    dir.file(persist::SETTINGS_FILE).display()
+                )
+            }
+            _ => String::new(),
+        };
+        StartError::Build(BuildError::Config(format!("{e}{hint}")))
+    })?;
+    log_summary(&config);
+    if config.admit_secret_generated {
+        tracing::warn!(
+            "CONCERT_ADMIT_SECRET is not set: using a random secret, so passes reset on restart and are not shared between instances"
+        );
+    }
     let listener = match listener {
         Some(listener) => listener,
         None => server::bind(&config.listen)
@@ -360,26 +478,50 @@ pub async fn start(
             source: e,
         })
     })?;
-    let app = App::new(config).map_err(StartError::Build)?;
-    let reaper = app.room.spawn_reaper();
-    let janitor = app.abuse.spawn_janitor();
-    let sweeper = {
+    let app = App::with_data_dir(config, baseline, data_dir.clone()).map_err(StartError::Build)?;
+    let mut background = Vec::new();
+    if let Some(dir) = &data_dir {
+        let report = persist::load_bans(dir, &app.abuse).map_err(StartError::Persist)?;
+        if report.clients + report.ranges > 0 || report.dropped > 0 {
+            tracing::info!(
+                clients = report.clients,
+                ranges = report.ranges,
+                skipped = report.skipped,
+                dropped = report.dropped,
+                "bans restored"
+            );
+        }
+        let restored = persist::restore_queue(dir, &app.room).map_err(StartError::Persist)?;
+        if restored > 0 {
+            tracing::info!(tickets = restored, "waiting line restored");
+        }
+        background.push(persist::spawn_ban_writer(dir.clone(), app.abuse.clone()));
+        background.push(persist::spawn_queue_snapshots(
+            dir.clone(),
+            app.room.clone(),
+            QUEUE_SNAPSHOT_EVERY,
+        ));
+    }
+    background.push(app.room.spawn_reaper());
+    background.push(app.abuse.spawn_janitor());
+    background.push({
         let app = Arc::downgrade(&app);
         assets::spawn_sweeper(move || {
             app.upgrade()
                 .map(|app| app.generation().assets.pools().clone())
         })
-    };
+    });
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let serving = app.clone();
     let task = tokio::spawn(async move {
-        let result = server::serve(listener, serving, async move {
+        let result = server::serve(listener, serving.clone(), async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         })
         .await;
-        reaper.abort();
-        sweeper.abort();
-        janitor.abort();
+        for task in background {
+            task.abort();
+        }
+        save_on_stop(&serving).await;
         result
     });
     Ok(Running {
@@ -388,6 +530,57 @@ pub async fn start(
         stop,
         task,
     })
+}
+
+/// How often the waiting line is snapshotted while it changes (crash safety).
+pub const QUEUE_SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
+
+fn open_data_dir(config: &mut Config) -> Result<Option<Arc<persist::DataDir>>, StartError> {
+    if config.data_dir.trim().is_empty() {
+        return Ok(None);
+    }
+    let dir = persist::DataDir::open(std::path::Path::new(&config.data_dir))
+        .map_err(StartError::Persist)?;
+    let applied = persist::apply_settings_file(&dir, config).map_err(StartError::Persist)?;
+    if applied > 0 {
+        tracing::info!(
+            values = applied,
+            file = %dir.file(persist::SETTINGS_FILE).display(),
+            "settings.json overrides applied"
+        );
+    }
+    Ok(Some(Arc::new(dir)))
+}
+
+/// After the listeners drained: bans flushed once more, the line saved for the next start.
+async fn save_on_stop(app: &Arc<App>) {
+    let Some(dir) = app.data_dir.clone() else {
+        return;
+    };
+    let saving = app.clone();
+    let saved = tokio::task::spawn_blocking(move || {
+        if let Err(e) = persist::save_bans(&dir, &saving.abuse) {
+            tracing::error!("cannot save bans at shutdown: {e}");
+        }
+        if saving.room.stats().live_queue_depth == 0 {
+            return dir.remove(persist::QUEUE_FILE).map(|()| 0);
+        }
+        persist::save_queue(&dir, &saving.room)
+    })
+    .await;
+    match saved {
+        Ok(Ok(0)) => {}
+        Ok(Ok(count)) => {
+            let ttl = app.generation().config.effective_token_ttl();
+            tracing::info!(
+                tickets = count,
+                "waiting line saved; restart within {} to keep it",
+                config::duration::format_go_duration(ttl * 2 / 3)
+            );
+        }
+        Ok(Err(e)) => tracing::error!("cannot save the waiting line: {e}"),
+        Err(e) => tracing::error!("saving at shutdown failed: {e}"),
+    }
 }
 
 /// The whole process life behind the binary: optional demo origin, start, log a summary, wait for
@@ -402,18 +595,9 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
         if config.source("cap") == config::Source::Default {
             config.cap = 2;
         }
-        config
-            .validate()
-            .map_err(|e| StartError::Build(BuildError::Config(e.to_string())))?;
         demo_origin = Some(origin);
     }
     let demo = config.demo;
-    log_summary(&config);
-    if config.admit_secret_generated {
-        tracing::warn!(
-            "CONCERT_ADMIT_SECRET is not set: using a random secret, so passes reset on restart and are not shared between instances"
-        );
-    }
     let mut running = start(config, None).await?;
     tracing::info!(addr = %running.addr, "listening");
     let crowd_stop = tokio::sync::watch::channel(false);
@@ -435,7 +619,7 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
         systemd::notify_stopping();
         let _ = stopper.send(true);
     });
-    log_reload_requests();
+    handle_reload_requests(running.app.clone());
     systemd::notify_ready();
     let watchdog = systemd::spawn_watchdog();
     let result = running.wait().await.map_err(StartError::Serve);
@@ -471,9 +655,9 @@ fn log_summary(config: &Config) {
     );
 }
 
-/// SIGHUP (`systemctl reload`) must never end the process; until settings can be re-read from
-/// the data dir there is nothing to reload, so the request is only logged.
-fn log_reload_requests() {
+/// SIGHUP (`systemctl reload`): re-read settings.json and apply it when valid; otherwise keep the
+/// running settings and say why. Never ends the process.
+fn handle_reload_requests(app: Arc<App>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -482,7 +666,10 @@ fn log_reload_requests() {
             Ok(mut hangups) => {
                 tokio::spawn(async move {
                     while hangups.recv().await.is_some() {
-                        tracing::info!("reload requested; nothing to reload without a data dir");
+                        match app.reload_settings_file() {
+                            Ok(_) => tracing::info!("settings reloaded from settings.json"),
+                            Err(e) => tracing::warn!("reload refused, running settings kept: {e}"),
+                        }
                     }
                 });
             }
@@ -522,4 +709,6 @@ pub enum StartError {
     Serve(server::ServeError),
     #[error("cannot start the demo origin: {0}")]
     Demo(String),
+    #[error("{0}")]
+    Persist(persist::PersistError),
 }

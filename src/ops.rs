@@ -311,10 +311,9 @@ async fn set_cap(
             );
         }
     };
-    match app.change_settings(|config| {
-        config.cap = cap;
-        Ok(())
-    }) {
+    let mut change = serde_json::Map::new();
+    change.insert("cap".into(), json!(cap));
+    match app.apply_change(&change, &[]) {
         Ok(_) => {
             let room = app.room.stats();
             tracing::info!(cap, "cap changed through /_room/cap");
@@ -323,8 +322,27 @@ async fn set_cap(
                 json!({"cap": room.cap, "occupancy": room.occupancy}).to_string(),
             )
         }
-        Err(e) => error_json(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => change_error(&e),
     }
+}
+
+/// A refused change: the caller's mistake (400) or a failed save (500, nothing applied).
+fn change_error(error: &crate::ChangeError) -> Response<Body> {
+    let status = match error {
+        crate::ChangeError::Invalid(_) => StatusCode::BAD_REQUEST,
+        crate::ChangeError::Persist(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error_json(status, &error.to_string())
+}
+
+/// Admin ban changes are acknowledged only once bans.json holds them.
+fn flush_bans_or_fail(app: &App) -> Option<Response<Body>> {
+    let error = app.flush_bans().err()?;
+    tracing::error!("cannot save bans: {error}");
+    Some(error_json(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &format!("the change is in effect but could not be saved: {error}"),
+    ))
 }
 
 fn error_json(status: StatusCode, message: &str) -> Response<Body> {
@@ -392,6 +410,9 @@ async fn abuse_unban(
             json!({"client": shown, "error": "client not tracked"}).to_string(),
         );
     }
+    if let Some(failed) = flush_bans_or_fail(&app) {
+        return failed;
+    }
     json_response(StatusCode::OK, json!({ "unbanned": shown }).to_string())
 }
 
@@ -438,6 +459,7 @@ async fn abuse_ban(
     };
     match app.abuse.ban(target, length) {
         Ok(outcome) => match serde_json::to_string(&outcome) {
+            Ok(_) if let Some(failed) = flush_bans_or_fail(&app) => failed,
             Ok(text) => json_response(StatusCode::OK, text),
             Err(_) => Rejection::Internal.into_response(false),
         },

@@ -201,12 +201,12 @@ async fn ban_paths_changed_at_runtime_apply_at_once() {
     );
     concert
         .app
-        .change_settings(|config| {
-            config.ban_paths = concert::config::PathList::parse_strict("/.env")?;
-            config.abuse_strikes = 7;
-            config.abuse_window = Duration::from_secs(120);
-            Ok(())
-        })
+        .apply_change(
+            serde_json::json!({"ban_paths": "/.env", "abuse_strikes": 7, "abuse_window": "2m"})
+                .as_object()
+                .unwrap(),
+            &[],
+        )
         .unwrap();
     assert!(is_blocked(get(&concert, "/.env", Some("203.0.113.10")).await).await);
     let live = concert.app.abuse.settings();
@@ -214,10 +214,12 @@ async fn ban_paths_changed_at_runtime_apply_at_once() {
     assert_eq!(live.window, Duration::from_secs(120));
     concert
         .app
-        .change_settings(|config| {
-            config.abuse_strikes = 20;
-            Ok(())
-        })
+        .apply_change(
+            serde_json::json!({"abuse_strikes": 20})
+                .as_object()
+                .unwrap(),
+            &[],
+        )
         .unwrap();
     assert_eq!(concert.app.abuse.settings().threshold, 20);
 }
@@ -490,10 +492,7 @@ async fn abuse_off_stops_enforcing_and_on_again_restores_a_permanent_ban() {
     let toggle = |on: bool| {
         concert
             .app
-            .change_settings(|config| {
-                config.abuse = on;
-                Ok(())
-            })
+            .apply_change(serde_json::json!({ "abuse": on }).as_object().unwrap(), &[])
             .unwrap();
     };
     toggle(false);

@@ -180,10 +180,10 @@ async fn a_runtime_admit_ttl_change_applies_to_the_next_pass() {
     let concert = concert(&["-upstream", &origin.url()]).await;
     concert
         .app
-        .change_settings(|config| {
-            config.admit_ttl = Duration::from_secs(120);
-            Ok(())
-        })
+        .apply_change(
+            serde_json::json!({"admit_ttl": "2m"}).as_object().unwrap(),
+            &[],
+        )
         .unwrap();
     let response = plain_client()
         .get(url(&concert, "/page"))
