@@ -24,6 +24,7 @@ pub mod sema;
 pub mod server;
 pub mod streams;
 pub mod systemd;
+pub mod walltime;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -8,7 +8,6 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 const NANOS_PER_SEC: i64 = 1_000_000_000;
-const SECS_PER_DAY: i64 = 86_400;
 
 /// A moment as unix nanoseconds; (de)serialised as RFC 3339 UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -19,113 +18,19 @@ pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 impl fmt::Display for WallTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secs = self.0.div_euclid(NANOS_PER_SEC);
-        let nanos = self.0.rem_euclid(NANOS_PER_SEC);
-        let days = secs.div_euclid(SECS_PER_DAY);
-        let of_day = secs.rem_euclid(SECS_PER_DAY);
-        let (year, month, day) = civil_from_days(days);
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
-            of_day / 3600,
-            of_day / 60 % 60,
-            of_day % 60
-        )?;
-        if nanos > 0 {
-            let fraction = format!("{nanos:09}");
-            write!(f, ".{}", fraction.trim_end_matches('0'))?;
-        }
-        f.write_str("Z")
+        let nanos = self.0.rem_euclid(NANOS_PER_SEC) as u32;
+        crate::walltime::write_rfc3339(f, self.0.div_euclid(NANOS_PER_SEC), nanos)
     }
 }
 
 impl WallTime {
     /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`.
     pub fn parse(text: &str) -> Option<WallTime> {
-        let bytes = text.as_bytes();
-        if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[13] != b':' {
-            return None;
-        }
-        if !matches!(bytes[10], b'T' | b't') || bytes[16] != b':' {
-            return None;
-        }
-        let number = |range: std::ops::Range<usize>| -> Option<i64> {
-            let part = text.get(range)?;
-            part.bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| part.parse().ok())?
-        };
-        let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-        let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-            return None;
-        }
-        if second > 60 {
-            return None;
-        }
-        let mut rest = text.get(19..)?;
-        let mut nanos = 0i64;
-        if let Some(fraction) = rest.strip_prefix('.') {
-            let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
-            if digits == 0 || digits > 9 {
-                return None;
-            }
-            let value: i64 = fraction.get(..digits)?.parse().ok()?;
-            nanos = value * 10i64.pow(9 - digits as u32);
-            rest = fraction.get(digits..)?;
-        }
-        let offset = match rest {
-            "Z" | "z" => 0,
-            _ => {
-                let sign = match rest.as_bytes().first()? {
-                    b'+' => 1,
-                    b'-' => -1,
-                    _ => return None,
-                };
-                let (h, m) = rest.get(1..)?.split_once(':')?;
-                if h.len() != 2 || m.len() != 2 {
-                    return None;
-                }
-                let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
-                sign * (h * 3600 + m * 60)
-            }
-        };
-        let days = days_from_civil(year, month, day);
-        let secs = days * SECS_PER_DAY + hour * 3600 + minute * 60 + second - offset;
+        let (secs, nanos) = crate::walltime::parse_rfc3339(text)?;
         secs.checked_mul(NANOS_PER_SEC)?
-            .checked_add(nanos)
+            .checked_add(i64::from(nanos))
             .map(WallTime)
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_index = (month + 9) % 12;
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The date of a day count since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 impl Serialize for WallTime {

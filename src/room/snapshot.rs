@@ -116,114 +116,19 @@ impl WallTime {
         }
     }
 
-    /// Parses RFC 3339 (`2024-05-01T12:00:00.250Z`, `…+02:00`); sub-millisecond digits are dropped.
+    /// Parses RFC 3339 (`2024-05-01T12:00:00.25Z`, `…+02:00`); sub-millisecond digits are dropped.
     pub fn parse(text: &str) -> Option<WallTime> {
-        let bytes = text.as_bytes();
-        if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[13] != b':' {
-            return None;
-        }
-        if !matches!(bytes[10], b'T' | b't' | b' ') || bytes[16] != b':' {
-            return None;
-        }
-        let digits = |range: std::ops::Range<usize>| -> Option<i64> {
-            let part = text.get(range)?;
-            if !part.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            part.parse().ok()
-        };
-        let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
-        let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
-        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-            return None;
-        }
-        if second > 60 {
-            return None;
-        }
-        let mut rest = &text[19..];
-        let mut millis = 0i64;
-        if let Some(fraction) = rest.strip_prefix('.') {
-            let end = fraction
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(fraction.len());
-            if end == 0 {
-                return None;
-            }
-            let mut scale = 100;
-            for digit in fraction[..end].bytes().take(3) {
-                millis += i64::from(digit - b'0') * scale;
-                scale /= 10;
-            }
-            rest = &fraction[end..];
-        }
-        let offset_minutes = match rest {
-            "Z" | "z" => 0,
-            _ if rest.len() == 6 && rest.as_bytes()[3] == b':' => {
-                let sign = match rest.as_bytes()[0] {
-                    b'+' => 1,
-                    b'-' => -1,
-                    _ => return None,
-                };
-                let hours: i64 = rest.get(1..3)?.parse().ok()?;
-                let minutes: i64 = rest.get(4..6)?.parse().ok()?;
-                sign * (hours * 60 + minutes)
-            }
-            _ => return None,
-        };
-        let days = days_from_civil(year, month, day);
-        let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset_minutes * 60;
-        Some(WallTime(seconds * 1_000 + millis))
+        let (secs, nanos) = crate::walltime::parse_rfc3339(text)?;
+        secs.checked_mul(1_000)?
+            .checked_add(i64::from(nanos / 1_000_000))
+            .map(WallTime)
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_index = (month + 9) % 12; // March = 0
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// Inverse of `days_from_civil`.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 impl fmt::Display for WallTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let seconds = self.0.div_euclid(1_000);
         let millis = self.0.rem_euclid(1_000);
-        let days = seconds.div_euclid(86_400);
-        let of_day = seconds.rem_euclid(86_400);
-        let (year, month, day) = civil_from_days(days);
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
-            of_day / 3_600,
-            of_day % 3_600 / 60,
-            of_day % 60
-        )?;
-        if millis != 0 {
-            write!(f, ".{millis:03}")?;
-        }
-        f.write_str("Z")
+        crate::walltime::write_rfc3339(f, self.0.div_euclid(1_000), millis as u32 * 1_000_000)
     }
 }
 
@@ -394,7 +299,7 @@ mod tests {
     #[test]
     fn formats_and_parses_rfc3339() {
         let time = WallTime(1_714_564_800_250);
-        assert_eq!(time.to_string(), "2024-05-01T12:00:00.250Z");
+        assert_eq!(time.to_string(), "2024-05-01T12:00:00.25Z");
         assert_eq!(WallTime::parse("2024-05-01T12:00:00.250Z"), Some(time));
         assert_eq!(
             WallTime::parse("2024-05-01T14:00:00.250123+02:00"),
