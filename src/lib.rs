@@ -564,7 +564,7 @@ async fn save_on_stop(app: &Arc<App>) {
             tracing::error!("cannot save bans at shutdown: {e}");
         }
         if saving.room.stats().live_queue_depth == 0 {
-            return dir.remove(persist::QUEUE_FILE).map(|()| 0);
+            return persist::clear_queue(&dir);
         }
         persist::save_queue(&dir, &saving.room)
     })

@@ -42,6 +42,9 @@ pub enum PersistError {
 pub struct DataDir {
     path: PathBuf,
     _lock: File,
+    /// Held from taking a snapshot of the state until its file is in place, so a slower, older
+    /// save (the periodic writer) can never land after a newer one (an admin flush).
+    saving: parking_lot::Mutex<()>,
 }
 
 impl DataDir {
@@ -73,6 +76,7 @@ impl DataDir {
         let dir = DataDir {
             path: path.to_path_buf(),
             _lock: lock,
+            saving: parking_lot::Mutex::new(()),
         };
         // Fail fast on a read-only or full directory rather than at the first real save.
         dir.write_atomic(".probe", b"ok")?;
@@ -225,6 +229,7 @@ pub fn apply_settings_file(dir: &DataDir, config: &mut Config) -> Result<usize, 
 
 /// Writes every value whose source is the file (or a live change) to `settings.json`.
 pub fn save_settings(dir: &DataDir, config: &Config) -> Result<(), PersistError> {
+    let _ordered = dir.saving.lock();
     let mut file = SettingsFile {
         version: 1,
         updated: WallTime::from_system(std::time::SystemTime::now()).to_string(),
@@ -278,6 +283,7 @@ pub fn restore_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> 
 
 /// Saves the line (tickets in order, with their tokens) for the next start.
 pub fn save_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> {
+    let _ordered = dir.saving.lock();
     let snapshot = room.export_snapshot(std::time::SystemTime::now());
     let count = snapshot.tickets.len();
     let bytes = snapshot.to_json().map_err(|e| PersistError::Corrupt {
@@ -286,6 +292,12 @@ pub fn save_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> {
     })?;
     dir.write_atomic(QUEUE_FILE, &bytes)?;
     Ok(count)
+}
+
+/// Removes a saved line that is no longer true (the line emptied), ordered with the saves.
+pub fn clear_queue(dir: &DataDir) -> Result<usize, PersistError> {
+    let _ordered = dir.saving.lock();
+    dir.remove(QUEUE_FILE).map(|()| 0)
 }
 
 /// Snapshots the line every `every` while it changes, so a crash (`kill -9`, power loss) loses at
@@ -311,7 +323,7 @@ pub fn spawn_queue_snapshots(
             let written = tokio::task::spawn_blocking(move || {
                 // An empty line leaves no file behind: nothing to restore.
                 if room.stats().live_queue_depth == 0 {
-                    dir.remove(QUEUE_FILE).map(|()| 0)
+                    clear_queue(&dir)
                 } else {
                     save_queue(&dir, &room)
                 }
@@ -366,6 +378,7 @@ pub fn load_bans(dir: &DataDir, registry: &Registry) -> Result<ImportReport, Per
 
 /// Writes the registry's bans and offense history.
 pub fn save_bans(dir: &DataDir, registry: &Registry) -> Result<(), PersistError> {
+    let _ordered = dir.saving.lock();
     let file = BansFile {
         version: 1,
         saved: WallTime::from_system(std::time::SystemTime::now()).to_string(),
