@@ -9,12 +9,14 @@
 //! Verification never allocates and does one HMAC over 28 bytes: the keyed HMAC state is built
 //! once and cloned per use.
 
+use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
-use rand::TryRngCore as _;
+use rand::rngs::StdRng;
+use rand::{RngCore as _, SeedableRng as _};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
@@ -323,10 +325,36 @@ pub fn expiry_at(now: u64, ttl: Duration) -> u64 {
     now.saturating_add(ttl.as_secs())
 }
 
-/// A fresh pass id from the operating system's CSPRNG; `None` if it failed.
+/// Pass ids a thread draws from one seed (64 KiB of output) before it reseeds from the OS.
+const IDS_PER_SEED: u32 = 4096;
+
+thread_local! {
+    /// A ChaCha generator per thread, seeded from the operating system: an id costs no system
+    /// call, and reseeding bounds how much output any one seed ever produces.
+    static ID_GENERATOR: RefCell<Option<(StdRng, u32)>> = const { RefCell::new(None) };
+}
+
+/// A fresh, unguessable pass id; `None` only if the operating system's random source has
+/// never been readable on this thread.
 pub fn new_pass_id() -> Option<PassId> {
-    let mut id = [0u8; ID_BYTES];
-    rand::rngs::OsRng.try_fill_bytes(&mut id).ok().map(|()| id)
+    ID_GENERATOR.with_borrow_mut(|slot| {
+        if slot
+            .as_ref()
+            .is_none_or(|(_, drawn)| *drawn >= IDS_PER_SEED)
+        {
+            match StdRng::try_from_os_rng() {
+                Ok(fresh) => *slot = Some((fresh, 0)),
+                // A failed reseed keeps the current generator, which is still sound; it is
+                // retried on the next id.
+                Err(err) => tracing::warn!(error = %err, "pass: reseeding from the OS failed"),
+            }
+        }
+        let (generator, drawn) = slot.as_mut()?;
+        *drawn = drawn.saturating_add(1);
+        let mut id = [0u8; ID_BYTES];
+        generator.fill_bytes(&mut id);
+        Some(id)
+    })
 }
 
 /// The wall clock in unix seconds (passes carry wall-clock expiries so they survive restarts).
@@ -457,6 +485,22 @@ mod tests {
         // The last character carries 2 unused bits; `o` → `p` sets one of them.
         let odd = format!("{}p", &VALUE_A[..PASS_CHARS - 1]);
         assert_eq!(signer.verify(&odd, 1_767_225_000), PassStatus::Forged);
+    }
+
+    #[test]
+    fn pass_ids_do_not_repeat_across_reseeds_and_threads() {
+        let draws = usize::try_from(IDS_PER_SEED).unwrap() * 2 + 10;
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..draws {
+            assert!(seen.insert(new_pass_id().unwrap()));
+        }
+        let other: Vec<PassId> =
+            std::thread::spawn(|| (0..100).map(|_| new_pass_id().unwrap()).collect())
+                .join()
+                .unwrap();
+        for id in other {
+            assert!(seen.insert(id), "another thread repeated an id");
+        }
     }
 
     #[test]

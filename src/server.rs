@@ -21,8 +21,10 @@ use crate::App;
 /// Slow clients get this long to send a request head (slowloris); it also bounds how long an idle
 /// keep-alive connection is kept.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most headers one request may carry before it is answered 431.
-pub const MAX_HEADERS: usize = 128;
+/// Most headers one request may carry before it is answered 431. This is hyper's built-in
+/// limit: setting any limit of our own makes hyper allocate its parse arrays (about 8 KiB) on
+/// the heap for every request instead of using the stack.
+pub const MAX_HEADERS: usize = 100;
 /// Largest read buffer per connection; a request head that does not fit is answered 431.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
@@ -155,7 +157,6 @@ fn connection_builder() -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_headers(MAX_HEADERS)
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
     builder

@@ -62,7 +62,10 @@ async fn browser_waits_in_line_and_is_let_in_when_a_slot_frees() {
     });
     let paths = origin.paths();
     assert_eq!(
-        paths.iter().filter(|p| p.as_str() == "/shop?item=7").count(),
+        paths
+            .iter()
+            .filter(|p| p.as_str() == "/shop?item=7")
+            .count(),
         1,
         "the page reached the origin exactly once: {paths:?}"
     );

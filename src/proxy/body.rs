@@ -10,22 +10,34 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
 use super::SlotHold;
+use super::pool::Lease;
 
 pin_project_lite::pin_project! {
     /// The origin's response body, passed through frame by frame (nothing is buffered, so
     /// server-sent events reach the client as they arrive). The hold is dropped when the last
     /// frame has been handed on, when the origin fails mid-body, or when the client goes away
     /// and the body is dropped, whichever comes first.
+    ///
+    /// A pooled origin connection goes back to its pool when the body has been read to its
+    /// end, and only then: a body cut short leaves the connection mid-message, so it is closed.
     pub(super) struct HeldBody {
         #[pin]
         inner: Incoming,
         hold: Option<SlotHold>,
+        lease: Option<Lease>,
     }
 }
 
 impl HeldBody {
-    pub(super) fn new(inner: Incoming, hold: Option<SlotHold>) -> HeldBody {
-        HeldBody { inner, hold }
+    pub(super) fn new(inner: Incoming, hold: Option<SlotHold>, lease: Option<Lease>) -> HeldBody {
+        let mut lease = lease;
+        // A body that is over before it starts (HEAD, 204, 304, empty) may never be polled.
+        if inner.is_end_stream()
+            && let Some(lease) = lease.take()
+        {
+            lease.give_back();
+        }
+        HeldBody { inner, hold, lease }
     }
 }
 
@@ -39,14 +51,22 @@ impl Body for HeldBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let mut this = self.project();
         let polled = this.inner.as_mut().poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => *this.hold = None,
+        let finished = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
             Poll::Ready(Some(Err(err))) => {
                 tracing::warn!(error = %err, "proxy: origin response body failed");
                 *this.hold = None;
+                *this.lease = None;
+                false
             }
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => *this.hold = None,
-            _ => {}
+            Poll::Pending => false,
+        };
+        if finished {
+            *this.hold = None;
+            if let Some(lease) = this.lease.take() {
+                lease.give_back();
+            }
         }
         polled
     }

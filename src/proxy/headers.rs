@@ -30,6 +30,7 @@ const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection")
 
 const UPGRADE_TOKEN: &str = "upgrade";
 const TRAILERS_TOKEN: &str = "trailers";
+const CLOSE_TOKEN: &str = "close";
 
 /// What happens to one incoming request header.
 enum Disposition {
@@ -201,8 +202,7 @@ pub(super) fn rewrite_request(incoming: HeaderMap, facts: RequestFacts<'_>) -> H
         if !chain.is_empty() {
             chain.extend_from_slice(b", ");
         }
-        // Writing into a Vec cannot fail.
-        let _ = write!(chain, "{peer}");
+        push_ip(&mut chain, peer);
     }
     if !chain.is_empty()
         && let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(chain))
@@ -228,6 +228,26 @@ pub(super) fn rewrite_request(incoming: HeaderMap, facts: RequestFacts<'_>) -> H
         out.insert(header::UPGRADE, protocol);
     }
     out
+}
+
+/// Appends an address as `Display` writes it; IPv4, by far the most common, without the
+/// formatting machinery (this runs for every proxied request).
+fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut digits = itoa::Buffer::new();
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(digits.format(octet).as_bytes());
+            }
+        }
+        // Writing into a Vec cannot fail.
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
 }
 
 /// A trusted `X-Forwarded-Proto` value, if it names a plain web scheme. Anything else (other
@@ -318,11 +338,29 @@ fn append_public_pairs(out: &mut Vec<u8>, value: &[u8]) {
     }
 }
 
+const RESPONSE_HOP_BY_HOP_COUNT: usize = 8;
+
+/// Headers that never travel past one hop of a response (`Upgrade` stays on a 101).
+static RESPONSE_HOP_BY_HOP: [HeaderName; RESPONSE_HOP_BY_HOP_COUNT] = [
+    header::CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
 /// Removes hop-by-hop headers from an origin response. For a switched protocol (101) the
 /// upgrade headers are kept, since the client needs them to finish its handshake.
-pub(super) fn strip_response(headers: &mut HeaderMap, switching: bool) {
+///
+/// Returns whether the origin announced it closes the connection (`Connection: close`).
+pub(super) fn strip_response(headers: &mut HeaderMap, switching: bool) -> bool {
     let connection = ConnectionList::of(headers);
+    let mut closes = false;
     for token in connection.tokens() {
+        closes |= token.eq_ignore_ascii_case(CLOSE_TOKEN.as_bytes());
         if switching && token.eq_ignore_ascii_case(UPGRADE_TOKEN.as_bytes()) {
             continue;
         }
@@ -331,22 +369,21 @@ pub(super) fn strip_response(headers: &mut HeaderMap, switching: bool) {
             headers.remove(name);
         }
     }
-    for name in [
-        header::CONNECTION,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRANSFER_ENCODING,
-    ] {
+    // Removing a name hashes it, so look at the few names the response has first: most carry
+    // one hop-by-hop header at most.
+    let mut present: [Option<HeaderName>; RESPONSE_HOP_BY_HOP_COUNT] = Default::default();
+    for (slot, name) in present.iter_mut().zip(headers.keys().filter(|name| {
+        RESPONSE_HOP_BY_HOP.contains(name) && (*name != header::UPGRADE || !switching)
+    })) {
+        *slot = Some(name.clone());
+    }
+    for name in present.into_iter().flatten() {
         headers.remove(name);
     }
     if switching {
         headers.insert(header::CONNECTION, HeaderValue::from_static(UPGRADE_TOKEN));
-    } else {
-        headers.remove(header::UPGRADE);
     }
+    closes
 }
 
 #[cfg(test)]
@@ -673,6 +710,17 @@ mod tests {
         assert!(!out.contains_key("x-forwarded-for"));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn forwarded_addresses_are_written_as_display_writes_them(bits: u32, wide: u128) {
+            for ip in [IpAddr::from(bits.to_be_bytes()), IpAddr::from(wide.to_be_bytes())] {
+                let mut out = b"x".to_vec();
+                push_ip(&mut out, ip);
+                proptest::prop_assert_eq!(out, format!("x{ip}").into_bytes());
+            }
+        }
+    }
+
     #[test]
     fn host_is_the_clients_or_the_upstreams() {
         let upstream = HeaderValue::from_static("origin:1");
@@ -718,10 +766,20 @@ mod tests {
             ("trailer", b"x-sum"),
             ("content-type", b"text/plain"),
         ]);
-        strip_response(&mut headers, false);
+        assert!(!strip_response(&mut headers, false));
         let mut left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
         left.sort_unstable();
         assert_eq!(left, vec!["content-type", "trailer"]);
+    }
+
+    #[test]
+    fn connection_close_is_reported_and_stripped() {
+        let mut headers = map(&[("connection", b"X-A, Close"), ("x-a", b"1")]);
+        assert!(strip_response(&mut headers, false));
+        assert!(headers.is_empty());
+        let mut headers = map(&[("connection", b"keep-alive"), ("closed", b"1")]);
+        assert!(!strip_response(&mut headers, false));
+        assert_eq!(values(&headers, "closed"), vec![b"1".to_vec()]);
     }
 
     #[test]

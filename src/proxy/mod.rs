@@ -1,12 +1,17 @@
-//! The reverse proxy to the origin: the pooled HTTP client, the request and response rewriting,
+//! The reverse proxy to the origin: the connection pools, the request and response rewriting,
 //! protocol upgrades (WebSocket) tunnelled end to end, and the body guard that keeps the
 //! caller's slot busy until the response has been fully delivered.
+//!
+//! Ordinary requests to a plain-HTTP origin go through a lean HTTP/1.1 pool of its own
+//! (`pool`); `https` origins (HTTP/2 when ALPN agrees) and protocol upgrades use the general
+//! pooled client.
 //!
 //! Everything streams: the request body goes to the origin as the client sends it, response
 //! frames go to the client as the origin produces them.
 
 mod body;
 mod headers;
+mod pool;
 mod target;
 
 #[cfg(test)]
@@ -20,7 +25,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use hyper_rustls::{
     ConfigBuilderExt as _, HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream,
@@ -31,6 +36,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use self::body::HeldBody;
 use self::headers::RequestFacts;
+use self::pool::{Http1Pool, Lease, PoolError, PoolLimits};
 use self::target::Target;
 
 /// Time allowed to open a TCP connection to the origin.
@@ -43,6 +49,13 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per origin.
 const POOL_MAX_IDLE_PER_HOST: usize = 256;
+
+const PLAIN_HTTP_POOL: PoolLimits = PoolLimits {
+    max_idle: POOL_MAX_IDLE_PER_HOST,
+    idle_timeout: POOL_IDLE_TIMEOUT,
+    connect_timeout: CONNECT_TIMEOUT,
+    tcp_keepalive: TCP_KEEPALIVE,
+};
 
 const BAD_GATEWAY_BODY: &str = "upstream unavailable\n";
 const BAD_REQUEST_BODY: &str = "bad request\n";
@@ -96,23 +109,25 @@ pub struct OriginPriority(pub HeaderValue);
 fn take_origin_priority(parts: &mut http::response::Parts) {
     let last = parts
         .headers
-        .get_all(ORIGIN_PRIORITY_HEADER)
+        .get_all(&ORIGIN_PRIORITY_HEADER)
         .iter()
         .next_back()
         .cloned();
     if let Some(value) = last {
-        parts.headers.remove(ORIGIN_PRIORITY_HEADER);
+        parts.headers.remove(&ORIGIN_PRIORITY_HEADER);
         parts.extensions.insert(OriginPriority(value));
     }
 }
 
-const ORIGIN_PRIORITY_HEADER: &str = "concert-priority";
+const ORIGIN_PRIORITY_HEADER: HeaderName = HeaderName::from_static("concert-priority");
 
 type UpstreamClient = Client<BoundedConnector, Body>;
 
 /// A reverse proxy to one origin. Cheap to share behind an `Arc`; clients and their
 /// connection pools live as long as it does.
 pub struct Proxy {
+    /// For `http` origins: the pool every request that is not an upgrade goes through.
+    http1: Option<Arc<Http1Pool>>,
     client: UpstreamClient,
     /// For `https` origins: a client that only offers HTTP/1.1, because protocol upgrades do
     /// not exist in HTTP/2 and ALPN would otherwise pick it.
@@ -177,7 +192,10 @@ impl Proxy {
                 .wrap_connector(tcp_connector());
             pooled_client(http1_only)
         });
+        let http1 = (!target.is_https)
+            .then(|| Arc::new(Http1Pool::new(&target.connect_addr, PLAIN_HTTP_POOL)));
         Ok(Proxy {
+            http1,
             client,
             upgrade_client,
             target,
@@ -202,7 +220,16 @@ impl Proxy {
         let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
 
-        let uri = match self.target.uri_for(&ctx.path_and_query) {
+        // Upgrades need the general client, which hands the connection over after a 101.
+        let pooled = match (&self.http1, &upgrade) {
+            (Some(pool), None) => Some(pool),
+            _ => None,
+        };
+        let uri = match pooled {
+            Some(_) => self.target.origin_form_for(&ctx.path_and_query),
+            None => self.target.uri_for(&ctx.path_and_query),
+        };
+        let uri = match uri {
             Ok(uri) => uri,
             Err(err) => {
                 tracing::debug!(error = %err, "proxy: request path does not make a valid URI");
@@ -233,16 +260,29 @@ impl Proxy {
             (Some(_), Some(http1_only)) => http1_only,
             _ => &self.client,
         };
-        let sent = client.request(outgoing);
+        let sent = async {
+            match pooled {
+                Some(pool) => pool
+                    .send(outgoing)
+                    .await
+                    .map(|(response, sender)| (response, Some(Lease::new(pool, sender))))
+                    .map_err(UpstreamFailure::from),
+                None => client
+                    .request(outgoing)
+                    .await
+                    .map(|response| (response, None))
+                    .map_err(UpstreamFailure::from),
+            }
+        };
         let answered = match self.header_timeout {
             Some(limit) => match tokio::time::timeout(limit, sent).await {
-                Ok(answered) => answered.map_err(UpstreamFailure::from),
+                Ok(answered) => answered,
                 Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
             },
-            None => sent.await.map_err(UpstreamFailure::from),
+            None => sent.await,
         };
-        let mut response = match answered {
-            Ok(response) => response,
+        let (mut response, lease) = match answered {
+            Ok(answered) => answered,
             Err(failure) => {
                 tracing::warn!(
                     method = %method,
@@ -276,9 +316,11 @@ impl Proxy {
         }
 
         let (mut parts, incoming) = response.into_parts();
-        headers::strip_response(&mut parts.headers, false);
+        let origin_closes = headers::strip_response(&mut parts.headers, false);
+        // An origin that says it closes (or speaks HTTP/1.0) does not get the connection reused.
+        let lease = lease.filter(|_| !origin_closes && parts.version == Version::HTTP_11);
         take_origin_priority(&mut parts);
-        Response::from_parts(parts, Body::new(HeldBody::new(incoming, hold)))
+        Response::from_parts(parts, Body::new(HeldBody::new(incoming, hold, lease)))
     }
 }
 
@@ -287,6 +329,8 @@ impl Proxy {
 enum UpstreamFailure {
     #[error("{}", ErrorChain(.0))]
     Client(#[from] hyper_util::client::legacy::Error),
+    #[error("{}", ErrorChain(.0))]
+    Pool(#[from] PoolError),
     #[error("no response headers within {0:?}")]
     HeaderTimeout(Duration),
 }

@@ -15,6 +15,8 @@ pub(super) struct Target {
     base_query: String,
     /// `host[:port]` of the upstream, the `Host` sent when the client's is not preserved.
     pub(super) host: HeaderValue,
+    /// `host:port` to open connections to, the scheme's default port filled in.
+    pub(super) connect_addr: String,
     pub(super) is_https: bool,
 }
 
@@ -37,6 +39,12 @@ impl Target {
         let host =
             HeaderValue::from_str(&host_port).map_err(|_| ProxyError::NoHost(shown.clone()))?;
         let scheme = if is_https { "https" } else { "http" };
+        let default_port = if is_https { 443 } else { 80 };
+        let connect_addr = format!(
+            "{}:{}",
+            authority.host(),
+            authority.port_u16().unwrap_or(default_port)
+        );
         let base_path = match upstream.path() {
             "/" => String::new(),
             path => path.to_owned(),
@@ -46,6 +54,7 @@ impl Target {
             base_path,
             base_query: upstream.query().unwrap_or_default().to_owned(),
             host,
+            connect_addr,
             is_https,
         })
     }
@@ -53,18 +62,33 @@ impl Target {
     /// The absolute URI for a request's (normalised) path and query: base path and request path
     /// joined with one slash, upstream query first, then the request's.
     pub(super) fn uri_for(&self, path_and_query: &str) -> Result<Uri, http::uri::InvalidUri> {
+        let mut uri = self.uri_buffer(path_and_query, self.origin.len());
+        uri.push_str(&self.origin);
+        self.push_path_and_query(&mut uri, path_and_query);
+        Uri::try_from(uri)
+    }
+
+    /// The same target in origin form (`/path?query`), as written on a connection of its own.
+    pub(super) fn origin_form_for(
+        &self,
+        path_and_query: &str,
+    ) -> Result<Uri, http::uri::InvalidUri> {
+        let mut uri = self.uri_buffer(path_and_query, 0);
+        self.push_path_and_query(&mut uri, path_and_query);
+        Uri::try_from(uri)
+    }
+
+    fn uri_buffer(&self, path_and_query: &str, prefix: usize) -> String {
+        String::with_capacity(
+            prefix + self.base_path.len() + path_and_query.len() + self.base_query.len() + 3,
+        )
+    }
+
+    fn push_path_and_query(&self, uri: &mut String, path_and_query: &str) {
         let (path, query) = match path_and_query.split_once('?') {
             Some((path, query)) => (path, Some(query)),
             None => (path_and_query, None),
         };
-        let mut uri = String::with_capacity(
-            self.origin.len()
-                + self.base_path.len()
-                + path_and_query.len()
-                + self.base_query.len()
-                + 3,
-        );
-        uri.push_str(&self.origin);
         uri.push_str(&self.base_path);
         match (self.base_path.ends_with('/'), path.strip_prefix('/')) {
             (true, Some(rest)) => uri.push_str(rest),
@@ -91,7 +115,6 @@ impl Target {
                 uri.push_str(query);
             }
         }
-        Uri::try_from(uri)
     }
 }
 
@@ -180,7 +203,28 @@ mod tests {
     }
 
     #[test]
+    fn origin_form_is_the_absolute_uri_without_scheme_and_authority() {
+        let target = target("http://o:1/api?key=1");
+        for path_and_query in ["/x?y=2", "/", "", "users", "/x?"] {
+            let absolute = target.uri_for(path_and_query).unwrap();
+            let origin_form = target.origin_form_for(path_and_query).unwrap();
+            assert_eq!(origin_form.scheme(), None);
+            assert_eq!(origin_form.authority(), None);
+            assert_eq!(origin_form.path_and_query(), absolute.path_and_query());
+        }
+    }
+
+    #[test]
+    fn connections_go_to_the_port_or_the_scheme_default() {
+        assert_eq!(target("http://o:8080/x").connect_addr, "o:8080");
+        assert_eq!(target("http://u:p@o").connect_addr, "o:80");
+        assert_eq!(target("https://o").connect_addr, "o:443");
+        assert_eq!(target("http://[::1]:9").connect_addr, "[::1]:9");
+    }
+
+    #[test]
     fn invalid_request_path_is_an_error_not_a_panic() {
         assert!(target("http://o:1").uri_for("/bad path").is_err());
+        assert!(target("http://o:1").origin_form_for("/bad path").is_err());
     }
 }

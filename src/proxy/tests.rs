@@ -54,6 +54,7 @@ impl Drop for CountedHold {
 struct Front {
     addr: SocketAddr,
     holds: Arc<AtomicI64>,
+    proxy: Arc<Proxy>,
     task: JoinHandle<()>,
 }
 
@@ -77,6 +78,7 @@ fn front(proxy: Proxy, peer_trusted: bool) -> Front {
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
     let holds = Arc::new(AtomicI64::new(0));
     let live = Arc::clone(&holds);
+    let shared = Arc::clone(&proxy);
     let task = tokio::spawn(async move {
         let mut connections = tokio::task::JoinSet::new();
         loop {
@@ -110,7 +112,12 @@ fn front(proxy: Proxy, peer_trusted: bool) -> Front {
             }
         }
     });
-    Front { addr, holds, task }
+    Front {
+        addr,
+        holds,
+        proxy: shared,
+        task,
+    }
 }
 
 /// One client connection; dropping it closes the socket.
@@ -730,4 +737,230 @@ async fn websocket_through_an_https_upstream() {
         Proxy::with_tls_config(settings(&format!("https://{}", tls.addr)), client_tls).unwrap();
     let front = front(proxy, false);
     websocket_round_trip(&front, &origin).await;
+}
+
+/// An origin that counts the connections it accepts and still holds open. Each request answers
+/// `ok`, after a [`ConnectionCountingOrigin::release`] when `held`, announcing
+/// `Connection: close` when `closing`.
+struct ConnectionCountingOrigin {
+    addr: SocketAddr,
+    accepted: Arc<AtomicI64>,
+    open: Arc<AtomicI64>,
+    gate: Arc<tokio::sync::Semaphore>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ConnectionCountingOrigin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ConnectionCountingOrigin {
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn accepted(&self) -> i64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn open(&self) -> i64 {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    fn release(&self, n: usize) {
+        self.gate.add_permits(n);
+    }
+}
+
+fn connection_counting_origin(held: bool, closing: bool) -> ConnectionCountingOrigin {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    let accepted = Arc::new(AtomicI64::new(0));
+    let open = Arc::new(AtomicI64::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (accepted_count, open_count, waiting_on) =
+        (Arc::clone(&accepted), Arc::clone(&open), Arc::clone(&gate));
+    let task = tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                incoming = listener.accept() => {
+                    let Ok((stream, _)) = incoming else { continue };
+                    accepted_count.fetch_add(1, Ordering::SeqCst);
+                    open_count.fetch_add(1, Ordering::SeqCst);
+                    let open_count = Arc::clone(&open_count);
+                    let gate = Arc::clone(&waiting_on);
+                    connections.spawn(async move {
+                        let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                            let gate = Arc::clone(&gate);
+                            async move {
+                                if held && let Ok(permit) = gate.acquire().await {
+                                    permit.forget();
+                                }
+                                let mut response = Response::new(full(Bytes::from_static(b"ok")));
+                                if closing {
+                                    response
+                                        .headers_mut()
+                                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                                }
+                                Ok::<_, Infallible>(response)
+                            }
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                        open_count.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+            }
+        }
+    });
+    ConnectionCountingOrigin {
+        addr,
+        accepted,
+        open,
+        gate,
+        task,
+    }
+}
+
+fn plain_pool(front: &Front) -> &Http1Pool {
+    front
+        .proxy
+        .http1
+        .as_deref()
+        .expect("an http origin gets the plain pool")
+}
+
+#[tokio::test]
+async fn origin_connections_are_reused_across_requests() {
+    let origin = connection_counting_origin(false, false);
+    let front = front(Proxy::new(settings(&origin.url())).unwrap(), false);
+    for _ in 0..20 {
+        let (status, _, body) = get(front.addr, "/", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(&body[..], b"ok");
+    }
+    // Concurrent requests, several rounds: never more connections than requests at once.
+    for _ in 0..3 {
+        let batch: Vec<_> = (0..4)
+            .map(|_| tokio::spawn(get(front.addr, "/", &[])))
+            .collect();
+        for request in batch {
+            assert_eq!(request.await.unwrap().0, StatusCode::OK);
+        }
+    }
+    assert!(
+        origin.accepted() <= 5,
+        "32 requests opened {} origin connections",
+        origin.accepted()
+    );
+    eventually("holds released", || front.holds() == 0).await;
+}
+
+#[tokio::test]
+async fn origin_closing_idle_connections_causes_no_502() {
+    // An origin that answers once per connection and then closes it without saying so, as
+    // an origin's keep-alive timeout does.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicI64::new(0));
+    let counter = Arc::clone(&accepted);
+    let origin = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            });
+        }
+    });
+    let front = front(
+        Proxy::new(settings(&format!("http://{addr}"))).unwrap(),
+        false,
+    );
+    for round in 1..=4 {
+        let (status, _, body) = get(front.addr, "/", &[]).await;
+        assert_eq!(status, StatusCode::OK, "round {round}");
+        assert_eq!(&body[..], b"ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), round);
+        // The close reaches the proxy while the connection sits idle.
+        eventually("the close is noticed", || {
+            plain_pool(&front).idle_open_count() == 0
+        })
+        .await;
+    }
+    origin.abort();
+}
+
+#[tokio::test]
+async fn connection_close_responses_are_not_reused() {
+    let origin = connection_counting_origin(false, true);
+    let front = front(Proxy::new(settings(&origin.url())).unwrap(), false);
+    for round in 1..=5 {
+        let (status, headers, body) = get(front.addr, "/", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(&body[..], b"ok");
+        assert!(!headers.contains_key(header::CONNECTION));
+        assert_eq!(origin.accepted(), round);
+        assert_eq!(plain_pool(&front).idle_count(), 0);
+    }
+    eventually("origin connections closed", || origin.open() == 0).await;
+}
+
+#[tokio::test]
+async fn idle_origin_connections_never_exceed_the_cap() {
+    let origin = connection_counting_origin(true, false);
+    let mut proxy = Proxy::new(settings(&origin.url())).unwrap();
+    let cap = 2;
+    proxy.http1 = Some(Arc::new(Http1Pool::new(
+        &origin.addr.to_string(),
+        PoolLimits {
+            max_idle: cap,
+            ..PLAIN_HTTP_POOL
+        },
+    )));
+    let front = front(proxy, false);
+    let burst = 6;
+    let requests: Vec<_> = (0..burst)
+        .map(|_| tokio::spawn(get(front.addr, "/", &[])))
+        .collect();
+    eventually("every request reached the origin", || {
+        origin.accepted() == burst
+    })
+    .await;
+    origin.release(usize::try_from(burst).unwrap());
+    for request in requests {
+        assert_eq!(request.await.unwrap().0, StatusCode::OK);
+    }
+    eventually("holds released", || front.holds() == 0).await;
+    assert_eq!(plain_pool(&front).idle_count(), cap);
+    eventually("the surplus closed", || {
+        origin.open() == i64::try_from(cap).unwrap()
+    })
+    .await;
+    origin.release(10);
+    for _ in 0..10 {
+        assert_eq!(get(front.addr, "/", &[]).await.0, StatusCode::OK);
+    }
+    assert_eq!(
+        origin.accepted(),
+        burst,
+        "the kept connections serve what follows"
+    );
 }
