@@ -8,6 +8,11 @@
 #   ROUNDS=5 DURATION=10 CONNS=64 WORKERS="1 2" bash benches/compare.sh
 #   MODE=asset bash benches/compare.sh  # a private asset fetched with a valid concert_admit pass
 #                                       # (per-pass and global asset pools) instead of a gated page
+#   OPEN_LOOP=0 bash benches/compare.sh # skip the fixed-rate latency runs (page mode)
+#
+# After the closed-loop table (wrk), page mode also measures latency open-loop: requests sent at a
+# fixed 50/80/95% of the best proxy's throughput by examples/loadgen.rs, which counts latency from
+# when each request was due, so stalls are not hidden by the load generator slowing down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +25,7 @@ NGINX_PORT=${NGINX_PORT:-18081}
 HAPROXY_PORT=${HAPROXY_PORT:-18082}
 CONCERT_PORT=${CONCERT_PORT:-18083}
 MODE=${MODE:-page}
+OPEN_LOOP=${OPEN_LOOP:-1}
 
 BENCH_PATH=/bench
 CONCERT_EXTRA=()
@@ -51,6 +57,8 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 
 cargo build --release --locked --quiet
+cargo build --release --locked --quiet --example loadgen
+LOADGEN=target/release/examples/loadgen
 CONCERT=target/release/concert
 
 work=$(mktemp -d)
@@ -217,6 +225,29 @@ for workers in $WORKERS; do
     [ -z "${errs[$target]:-}" ] || echo "   errors: ${errs[$target]}"
   done
   echo
+  if [ "$MODE" = page ] && [ "$OPEN_LOOP" != 0 ]; then
+    best=0
+    for target in N H C; do
+      m=$(tr ' ' '\n' <<<"${rps[$target]}" | grep . | median)
+      best=$(awk -v a="$best" -v b="$m" 'BEGIN{print (b>a)?b:a}')
+    done
+    echo "-- open loop, $workers worker(s): fixed rates relative to the best proxy ($best req/s), ${DURATION}s each --"
+    printf "%-22s %8s %12s %10s %10s %10s %8s\n" target load "achieved/s" "p50 ms" "p99 ms" "p99.9 ms" errors
+    for pct in 50 80 95; do
+      rate=$(awk -v b="$best" -v p="$pct" 'BEGIN{printf "%d", b*p/100}')
+      for target in N H C; do
+        case $target in
+          N) port=$NGINX_PORT; name="nginx proxy_pass" ;; H) port=$HAPROXY_PORT; name="haproxy" ;;
+          C) port=$CONCERT_PORT; name="concert" ;;
+        esac
+        line=$(pin_gen "$LOADGEN" "http://127.0.0.1:$port$BENCH_PATH" "$rate" "$DURATION" "$CONNS")
+        field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$line"; }
+        printf "%-22s %7s%% %12s %10s %10s %10s %8s\n" "$name" "$pct" "$(field achieved)" \
+          "$(field p50)" "$(field p99)" "$(field p999)" "$(field errors)"
+      done
+    done
+    echo
+  fi
   kill "$pid_n" "$pid_h" "$pid_c" 2>/dev/null || true
   wait "$pid_n" "$pid_h" "$pid_c" 2>/dev/null || true
   unset rps p50 p99 errs
