@@ -26,10 +26,16 @@ fn main() -> ExitCode {
         }
     };
     concert::logging::init(config.log_format == config::LogFormat::Json);
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    // One worker needs no work-stealing scheduler: a current-thread runtime skips its
+    // cross-thread queues and wake-ups. 0 leaves the choice to tokio (TOKIO_WORKER_THREADS if
+    // set, else one thread per core).
+    let mut runtime = if config.workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
     runtime.enable_all();
-    // 0 leaves the choice to tokio: TOKIO_WORKER_THREADS if set, else one thread per core.
-    if config.workers > 0 {
+    if config.workers > 1 {
         runtime.worker_threads(config.workers);
     }
     let runtime = match runtime.build() {
