@@ -67,14 +67,7 @@ async fn healthz_and_stats_answer_while_full() {
         .unwrap();
     assert_eq!(health.status(), StatusCode::OK);
     assert_eq!(health.text().await.unwrap(), "ok");
-    let stats: serde_json::Value = plain_client()
-        .get(url(&concert, "/_room/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = json_of(plain_client().get(url(&concert, "/_room/stats"))).await;
     for key in STATS_KEYS {
         assert!(stats.get(key).is_some(), "stats lacks {key}");
     }
@@ -132,14 +125,7 @@ async fn reserved_paths_never_reach_the_origin() {
         fast_lane.text().await.unwrap(),
         r#"{"error":"fast_lane_disabled"}"#
     );
-    let config: serde_json::Value = client
-        .get(url(&concert, "/_concert/config"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config = json_of(client.get(url(&concert, "/_concert/config"))).await;
     assert_eq!(config["enabled"], false);
     let css = client
         .get(url(&concert, "/_concert/waiting.css"))
@@ -228,14 +214,7 @@ async fn cap_endpoint_needs_the_admin_token() {
     assert_eq!(with.app.room.stats().cap, 3);
     assert_eq!(with.app.generation().config.cap, 3);
     // Two wrong tokens were charged (five strikes each); the counter counts strike events.
-    let stats: serde_json::Value = client
-        .get(url(&with, "/_room/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = json_of(client.get(url(&with, "/_room/stats"))).await;
     assert_eq!(stats["abuse_strikes_total"], 2);
 }
 
@@ -274,14 +253,7 @@ async fn dot_segments_cannot_ride_a_bypass_rule() {
     ])
     .await;
     // Normalised before matching: the origin gets the path the rules saw.
-    let seen: serde_json::Value = plain_client()
-        .get(url(&concert, "/webhooks/%2e%2e/admin"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let seen = json_of(plain_client().get(url(&concert, "/webhooks/%2e%2e/admin"))).await;
     assert_eq!(seen["path"], "/admin");
     // A dot segment hidden behind an encoded slash is refused outright.
     let raw = raw_exchange(

@@ -129,15 +129,12 @@ async fn the_line_survives_a_graceful_restart() {
         "deleted once restored"
     );
     assert_eq!(second.app.room.stats().live_queue_depth, 1);
-    let status: serde_json::Value = plain_client()
-        .get(url(&second, "/queue/status"))
-        .header(COOKIE, &ticket)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = json_of(
+        plain_client()
+            .get(url(&second, "/queue/status"))
+            .header(COOKIE, &ticket),
+    )
+    .await;
     // The restored ticket is known: it is at the front (ready, as the room is empty).
     assert_eq!(status["ready"], true);
     assert_eq!(
@@ -199,15 +196,7 @@ async fn bans_survive_a_restart_and_admin_bans_are_on_disk_before_the_answer() {
     first.shutdown().await.unwrap();
 
     let second = concert_with_env(&args, &env).await;
-    let listed: serde_json::Value = client
-        .get(url(&second, "/_room/abuse"))
-        .bearer_auth("tok")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = json_of(client.get(url(&second, "/_room/abuse")).bearer_auth("tok")).await;
     let bans = listed["bans"].as_array().unwrap();
     assert_eq!(bans.len(), 5, "{listed}");
     assert_eq!(listed["ranges"], 2);
@@ -229,15 +218,7 @@ async fn bans_survive_a_restart_and_admin_bans_are_on_disk_before_the_answer() {
     assert_eq!(lifted.status(), StatusCode::OK);
     second.shutdown().await.unwrap();
     let third = concert_with_env(&args, &env).await;
-    let listed: serde_json::Value = client
-        .get(url(&third, "/_room/abuse"))
-        .bearer_auth("tok")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = json_of(client.get(url(&third, "/_room/abuse")).bearer_auth("tok")).await;
     assert_eq!(listed["ranges"], 1, "{listed}");
     third.shutdown().await.unwrap();
 }
@@ -433,27 +414,21 @@ async fn kill_9_keeps_acknowledged_bans_and_the_line() {
         healthy(port).await,
         "restarts on the same data dir after a crash"
     );
-    let listed: serde_json::Value = plain_client()
-        .get(format!("{base}/_room/abuse"))
-        .bearer_auth("tok")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = json_of(
+        plain_client()
+            .get(format!("{base}/_room/abuse"))
+            .bearer_auth("tok"),
+    )
+    .await;
     assert!(listed.to_string().contains("203.0.113.50"), "{listed}");
     assert_eq!(stats(port).await["live_queue_depth"], 3);
     // The last visitor still holds a place behind the others.
-    let status: serde_json::Value = plain_client()
-        .get(format!("{base}/queue/status"))
-        .header(COOKIE, &tickets[2])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = json_of(
+        plain_client()
+            .get(format!("{base}/queue/status"))
+            .header(COOKIE, &tickets[2]),
+    )
+    .await;
     assert_eq!(status["ready"], false, "{status}");
     assert!(status["position"].as_u64().unwrap() >= 1);
     child.kill().unwrap();

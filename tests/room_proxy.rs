@@ -48,14 +48,7 @@ async fn origin_sees_only_its_own_cookies() {
 async fn trailing_slash_paths_reach_the_origin_unchanged() {
     let origin = origins::echo_origin();
     let concert = concert(&["-upstream", &origin.url()]).await;
-    let seen: serde_json::Value = plain_client()
-        .get(url(&concert, "/foo/?a=1"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let seen = json_of(plain_client().get(url(&concert, "/foo/?a=1"))).await;
     assert_eq!(seen["path"], "/foo/?a=1");
 }
 
@@ -298,14 +291,7 @@ async fn queue_status_reports_position_then_ready() {
         .send()
         .await
         .unwrap();
-    let status: serde_json::Value = client
-        .get(url(&concert, "/queue/status"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = json_of(client.get(url(&concert, "/queue/status"))).await;
     assert_eq!(status["ready"], false);
     assert_eq!(status["position"], 1);
     // A second poll within a second is throttled, with the position still shown.
@@ -321,24 +307,10 @@ async fn queue_status_reports_position_then_ready() {
     origin.release(1);
     holder.await.unwrap();
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let ready: serde_json::Value = client
-        .get(url(&concert, "/queue/status"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ready = json_of(client.get(url(&concert, "/queue/status"))).await;
     assert_eq!(ready["ready"], true);
     // Without a ticket the page learns cookies are required.
-    let cookieless: serde_json::Value = plain_client()
-        .get(url(&concert, "/queue/status"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cookieless = json_of(plain_client().get(url(&concert, "/queue/status"))).await;
     assert_eq!(cookieless["cookies_required"], true);
 }
 

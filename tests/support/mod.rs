@@ -91,6 +91,11 @@ pub fn set_cookies<'a>(response: &'a reqwest::Response, name: &str) -> Vec<&'a s
         .collect()
 }
 
+/// Sends `request` and returns its JSON body (any status).
+pub async fn json_of(request: reqwest::RequestBuilder) -> serde_json::Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// Sends raw bytes and returns whatever the server answered before closing or `wait` elapsed.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
     let mut stream = TcpStream::connect(addr).await.unwrap();
