@@ -2,14 +2,16 @@
 //! protocol upgrades (WebSocket) tunnelled end to end, and the body guard that keeps the
 //! caller's slot busy until the response has been fully delivered.
 //!
-//! Ordinary requests to a plain-HTTP origin go through a lean HTTP/1.1 pool of its own
-//! (`pool`); `https` origins (HTTP/2 when ALPN agrees) and protocol upgrades use the general
-//! pooled client.
+//! Bodiless requests to a plain-HTTP origin (most pages and assets) are exchanged on the
+//! serving task itself (`direct`); plain-HTTP requests with a body go through a lean HTTP/1.1
+//! pool (`pool`); `https` origins (HTTP/2 when ALPN agrees) and protocol upgrades use the
+//! general pooled client.
 //!
 //! Everything streams: the request body goes to the origin as the client sends it, response
 //! frames go to the client as the origin produces them.
 
 mod body;
+mod direct;
 mod headers;
 mod pool;
 mod target;
@@ -35,6 +37,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use self::body::HeldBody;
+use self::direct::{DirectBody, DirectError, DirectPool};
 use self::headers::RequestFacts;
 use self::pool::{Http1Pool, Lease, PoolError, PoolLimits};
 use self::target::Target;
@@ -126,7 +129,10 @@ type UpstreamClient = Client<BoundedConnector, Body>;
 /// A reverse proxy to one origin. Cheap to share behind an `Arc`; clients and their
 /// connection pools live as long as it does.
 pub struct Proxy {
-    /// For `http` origins: the pool every request that is not an upgrade goes through.
+    /// For `http` origins: the connections bodiless requests are exchanged on in the caller's
+    /// task.
+    direct: Option<Arc<DirectPool>>,
+    /// For `http` origins: the pool requests with a body go through.
     http1: Option<Arc<Http1Pool>>,
     client: UpstreamClient,
     /// For `https` origins: a client that only offers HTTP/1.1, because protocol upgrades do
@@ -194,7 +200,10 @@ impl Proxy {
         });
         let http1 = (!target.is_https)
             .then(|| Arc::new(Http1Pool::new(&target.connect_addr, PLAIN_HTTP_POOL)));
+        let direct = (!target.is_https)
+            .then(|| Arc::new(DirectPool::new(&target.connect_addr, PLAIN_HTTP_POOL)));
         Ok(Proxy {
+            direct,
             http1,
             client,
             upgrade_client,
@@ -219,6 +228,12 @@ impl Proxy {
         let upgrade = headers::requested_upgrade(req.headers());
         let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
+        if upgrade.is_none()
+            && let Some(pool) = &self.direct
+            && hyper::body::Body::is_end_stream(&body)
+        {
+            return self.forward_direct(pool, parts, &ctx, hold).await;
+        }
 
         // Upgrades need the general client, which hands the connection over after a 101.
         let pooled = match (&self.http1, &upgrade) {
@@ -322,6 +337,57 @@ impl Proxy {
         take_origin_priority(&mut parts);
         Response::from_parts(parts, Body::new(HeldBody::new(incoming, hold, lease)))
     }
+
+    /// [`Proxy::forward`] for a bodiless request to a plain-HTTP origin.
+    async fn forward_direct(
+        &self,
+        pool: &Arc<DirectPool>,
+        parts: http::request::Parts,
+        ctx: &ForwardContext,
+        hold: Option<SlotHold>,
+    ) -> Response<Body> {
+        let facts = RequestFacts {
+            peer: ctx.peer,
+            peer_trusted: ctx.peer_trusted,
+            via_tls: ctx.via_tls,
+            upstream_host: &self.target.host,
+            preserve_host: self.preserve_host,
+            uri_authority: parts.uri.authority().map(|authority| authority.as_str()),
+            upgrade: None,
+        };
+        let method = parts.method;
+        let headers = headers::rewrite_request(parts.headers, facts);
+        let target = self.target.origin_form(&ctx.path_and_query);
+        let Some(head) = direct::request_head(&method, &target, &headers) else {
+            tracing::debug!("proxy: request path does not make a valid request target");
+            return plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
+        };
+        let sent = pool.send(&method, &head);
+        let answered = match self.header_timeout {
+            Some(limit) => match tokio::time::timeout(limit, sent).await {
+                Ok(answered) => answered.map_err(UpstreamFailure::from),
+                Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
+            },
+            None => sent.await.map_err(UpstreamFailure::from),
+        };
+        let mut answer = match answered {
+            Ok(answer) => answer,
+            Err(failure) => {
+                tracing::warn!(
+                    method = %method,
+                    path = ctx.path_and_query.split('?').next().unwrap_or_default(),
+                    error = %failure,
+                    "proxy: upstream request failed"
+                );
+                return bad_gateway();
+            }
+        };
+        let origin_closes = headers::strip_response(&mut answer.head.headers, false);
+        let reusable = !origin_closes && answer.head.version == Version::HTTP_11;
+        let (mut head, body) = DirectBody::new(answer, reusable, pool, hold);
+        take_origin_priority(&mut head);
+        Response::from_parts(head, Body::new(body))
+    }
 }
 
 /// Why the origin gave no response.
@@ -331,6 +397,8 @@ enum UpstreamFailure {
     Client(#[from] hyper_util::client::legacy::Error),
     #[error("{}", ErrorChain(.0))]
     Pool(#[from] PoolError),
+    #[error("{}", ErrorChain(.0))]
+    Direct(#[from] DirectError),
     #[error("no response headers within {0:?}")]
     HeaderTimeout(Duration),
 }

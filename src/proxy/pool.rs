@@ -1,5 +1,6 @@
-//! Keep-alive connections to a plain-HTTP origin, spoken to with hyper's HTTP/1.1 connection
-//! API directly.
+//! Keep-alive connections to a plain-HTTP origin for requests with a body, spoken to with
+//! hyper's HTTP/1.1 connection API directly (its connection task can take an early answer while
+//! the upload goes on).
 //!
 //! The general-purpose pooled client costs more per request than the exchange itself on a fast
 //! origin (pool-key hashing, a connect future built per request, a task spawned per response
@@ -183,40 +184,8 @@ impl Http1Pool {
         self.idle.lock().len()
     }
 
-    /// Idle connections whose origin side has not been seen closing.
-    #[cfg(test)]
-    pub(super) fn idle_open_count(&self) -> usize {
-        let idle = self.idle.lock();
-        idle.iter()
-            .filter(|entry| !entry.sender.is_closed())
-            .count()
-    }
-
     async fn connect(&self) -> Result<Sender, PoolError> {
-        let limit = self.limits.connect_timeout;
-        let stream = match tokio::time::timeout(limit, TcpStream::connect(&*self.addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(source)) => {
-                return Err(PoolError::Connect {
-                    addr: Arc::clone(&self.addr),
-                    source,
-                });
-            }
-            Err(_) => {
-                return Err(PoolError::ConnectTimeout {
-                    addr: Arc::clone(&self.addr),
-                    limit,
-                });
-            }
-        };
-        // Small requests must leave at once; keep-alive probes find origins that vanished.
-        let tuned = stream.set_nodelay(true).and_then(|()| {
-            let keepalive = socket2::TcpKeepalive::new().with_time(self.limits.tcp_keepalive);
-            socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive)
-        });
-        if let Err(err) = tuned {
-            tracing::debug!(error = %err, "proxy: could not tune the origin socket");
-        }
+        let stream = connect_tcp(&self.addr, &self.limits).await?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(PoolError::Exchange)?;
@@ -227,6 +196,39 @@ impl Http1Pool {
         });
         Ok(sender)
     }
+}
+
+/// Opens a TCP connection to the origin within the pool's connect timeout, tuned for small
+/// request/response exchanges.
+pub(super) async fn connect_tcp(
+    addr: &Arc<str>,
+    limits: &PoolLimits,
+) -> Result<TcpStream, PoolError> {
+    let limit = limits.connect_timeout;
+    let stream = match tokio::time::timeout(limit, TcpStream::connect(&**addr)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(source)) => {
+            return Err(PoolError::Connect {
+                addr: Arc::clone(addr),
+                source,
+            });
+        }
+        Err(_) => {
+            return Err(PoolError::ConnectTimeout {
+                addr: Arc::clone(addr),
+                limit,
+            });
+        }
+    };
+    // Small requests must leave at once; keep-alive probes find origins that vanished.
+    let tuned = stream.set_nodelay(true).and_then(|()| {
+        let keepalive = socket2::TcpKeepalive::new().with_time(limits.tcp_keepalive);
+        socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive)
+    });
+    if let Err(err) = tuned {
+        tracing::debug!(error = %err, "proxy: could not tune the origin socket");
+    }
+    Ok(stream)
 }
 
 #[cfg(test)]

@@ -78,6 +78,13 @@ impl Target {
         Uri::try_from(uri)
     }
 
+    /// The origin-form target (`/path?query`) as text, unchecked: the caller validates it.
+    pub(super) fn origin_form(&self, path_and_query: &str) -> String {
+        let mut target = self.uri_buffer(path_and_query, 0);
+        self.push_path_and_query(&mut target, path_and_query);
+        target
+    }
+
     fn uri_buffer(&self, path_and_query: &str, prefix: usize) -> String {
         String::with_capacity(
             prefix + self.base_path.len() + path_and_query.len() + self.base_query.len() + 3,

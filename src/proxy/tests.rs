@@ -829,12 +829,13 @@ fn connection_counting_origin(held: bool, closing: bool) -> ConnectionCountingOr
     }
 }
 
-fn plain_pool(front: &Front) -> &Http1Pool {
+/// The pool bodiless requests (all of these tests' requests) go through.
+fn plain_pool(front: &Front) -> &DirectPool {
     front
         .proxy
-        .http1
+        .direct
         .as_deref()
-        .expect("an http origin gets the plain pool")
+        .expect("an http origin gets the direct pool")
 }
 
 #[tokio::test]
@@ -928,7 +929,7 @@ async fn idle_origin_connections_never_exceed_the_cap() {
     let origin = connection_counting_origin(true, false);
     let mut proxy = Proxy::new(settings(&origin.url())).unwrap();
     let cap = 2;
-    proxy.http1 = Some(Arc::new(Http1Pool::new(
+    proxy.direct = Some(Arc::new(DirectPool::new(
         &origin.addr.to_string(),
         PoolLimits {
             max_idle: cap,

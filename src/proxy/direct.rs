@@ -1,0 +1,1106 @@
+//! Bodiless requests to a plain-HTTP origin, exchanged on the caller's own task.
+//!
+//! Most page and asset requests carry no body. For them the proxy writes the request head
+//! straight onto a pooled origin connection and reads the response head back in the same task
+//! that serves the client; the response body is then read from the origin socket by whoever
+//! polls it (the client connection writing it out). Nothing crosses a task or a channel, and
+//! the connection goes back to the pool when the body's last byte has been read.
+//!
+//! Requests with a body keep using `pool`, whose connection task can read an early answer
+//! while the upload is still going on.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf as _, Bytes, BytesMut};
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, StatusCode, Version};
+use hyper::body::{Frame, SizeHint};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::SlotHold;
+use super::pool::{PoolError, PoolLimits, connect_tcp};
+
+/// Response header lines accepted, as many as the client side allows.
+const MAX_HEADERS: usize = 100;
+/// Largest response head (status line and headers) read before giving up.
+const MAX_HEAD_BYTES: usize = 128 * 1024;
+/// Largest chunk-size line (with extensions) of a chunked body.
+const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// Largest trailer section of a chunked body.
+const MAX_TRAILER_BYTES: usize = 16 * 1024;
+/// Free space made in the read buffer before each read.
+const READ_RESERVE: usize = 16 * 1024;
+
+/// What went wrong talking to the origin.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum DirectError {
+    #[error(transparent)]
+    Connect(#[from] PoolError),
+    #[error("writing the request to the origin failed")]
+    Write(#[source] io::Error),
+    #[error("reading the response from the origin failed")]
+    Read(#[source] io::Error),
+    #[error("the origin closed the connection without answering")]
+    Closed,
+    #[error("the origin closed the connection in the middle of the response head")]
+    ClosedInHead,
+    #[error("the origin's response head is invalid: {0}")]
+    Invalid(&'static str),
+    #[error("the origin's response head could not be parsed")]
+    Parse(#[source] httparse::Error),
+    #[error("the origin's response head is larger than {MAX_HEAD_BYTES} bytes")]
+    HeadTooLarge,
+}
+
+impl DirectError {
+    /// Whether the failure happened before the origin can have acted on the request: the
+    /// connection was found closed while writing or before a single response byte.
+    fn before_any_answer(&self) -> bool {
+        matches!(self, DirectError::Write(_) | DirectError::Closed)
+            || matches!(self, DirectError::Read(err) if err.kind() == io::ErrorKind::ConnectionReset)
+    }
+}
+
+/// One keep-alive connection to the origin and the bytes read from it but not yet used.
+pub(super) struct OriginConn {
+    stream: TcpStream,
+    buf: BytesMut,
+    /// Names of the response headers being parsed and where their values lie; kept to reuse
+    /// its allocation.
+    spans: Vec<(HeaderName, usize, usize)>,
+}
+
+impl OriginConn {
+    fn new(stream: TcpStream) -> OriginConn {
+        OriginConn {
+            stream,
+            buf: BytesMut::new(),
+            spans: Vec::new(),
+        }
+    }
+
+    /// Whether an idle connection can take a request: nothing arrived on it while idle, the
+    /// origin has not closed it. Costs no system call when the socket has shown no activity.
+    fn is_usable(&self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(err) if err.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Reads more of the response into the buffer; `Ok(0)` is the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < READ_RESERVE / 4 {
+            self.buf.reserve(READ_RESERVE);
+        }
+        loop {
+            ready!(self.stream.poll_read_ready(cx))?;
+            match self.stream.try_read_buf(&mut self.buf) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+                read => return Poll::Ready(read),
+            }
+        }
+    }
+}
+
+/// Idle connections to one origin, newest at the back.
+pub(super) struct DirectPool {
+    addr: Arc<str>,
+    limits: PoolLimits,
+    idle: Mutex<Vec<IdleConn>>,
+}
+
+struct IdleConn {
+    conn: OriginConn,
+    since: Instant,
+}
+
+/// The origin's answer: its head, how its body is framed, and the connection carrying it.
+pub(super) struct Answer {
+    pub head: http::response::Parts,
+    pub framing: Framing,
+    /// The framing leaves the connection reusable once the body has been read.
+    pub reusable: bool,
+    pub conn: OriginConn,
+}
+
+/// How the end of a response body is found (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// No body: a `HEAD` request, or a 1xx, 204 or 304 answer.
+    Empty,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked(Chunk),
+    /// Everything until the origin closes the connection.
+    UntilClose,
+}
+
+/// Where a chunked body decoder stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Chunk {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+}
+
+impl DirectPool {
+    pub(super) fn new(addr: &str, limits: PoolLimits) -> DirectPool {
+        DirectPool {
+            addr: Arc::from(addr),
+            limits,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Sends a bodiless request (`head` is its complete head) and reads the response head.
+    ///
+    /// An idempotent request that finds its pooled connection closed before any answer is
+    /// sent once more on a new connection; other requests are never sent twice.
+    pub(super) async fn send(&self, method: &Method, head: &[u8]) -> Result<Answer, DirectError> {
+        if let Some(conn) = self.checkout() {
+            match exchange(conn, method, head).await {
+                Ok(answer) => return Ok(answer),
+                Err(err) if err.before_any_answer() && method.is_idempotent() => {
+                    tracing::debug!(error = %err, "proxy: pooled origin connection was closed, retrying on a new one");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        let stream = Box::pin(connect_tcp(&self.addr, &self.limits)).await?;
+        exchange(OriginConn::new(stream), method, head).await
+    }
+
+    fn checkout(&self) -> Option<OriginConn> {
+        loop {
+            let popped = self.idle.lock().pop()?;
+            if popped.since.elapsed() >= self.limits.idle_timeout {
+                // The newest has expired, so every older one has too.
+                let expired = std::mem::take(&mut *self.idle.lock());
+                drop(expired);
+                return None;
+            }
+            if popped.conn.is_usable() {
+                return Some(popped.conn);
+            }
+        }
+    }
+
+    /// Takes a connection back after a complete exchange; beyond the idle cap it is closed.
+    fn put_back(&self, conn: OriginConn) {
+        let now = Instant::now();
+        let mut idle = self.idle.lock();
+        // Checkout takes the newest, so stale connections would sit at the bottom: retire the
+        // oldest here when it has expired, one per return.
+        let expired = match idle.first() {
+            Some(oldest) if now.duration_since(oldest.since) >= self.limits.idle_timeout => {
+                Some(idle.remove(0))
+            }
+            _ => None,
+        };
+        if idle.len() < self.limits.max_idle {
+            idle.push(IdleConn { conn, since: now });
+        }
+        drop(idle);
+        drop(expired);
+    }
+
+    /// Idle connections currently held.
+    #[cfg(test)]
+    pub(super) fn idle_count(&self) -> usize {
+        self.idle.lock().len()
+    }
+
+    /// Idle connections the origin has not been seen closing.
+    #[cfg(test)]
+    pub(super) fn idle_open_count(&self) -> usize {
+        self.idle
+            .lock()
+            .iter()
+            .filter(|idle| idle.conn.is_usable())
+            .count()
+    }
+}
+
+async fn exchange(
+    mut conn: OriginConn,
+    method: &Method,
+    head: &[u8],
+) -> Result<Answer, DirectError> {
+    conn.stream
+        .write_all(head)
+        .await
+        .map_err(DirectError::Write)?;
+    let answers_without_body = *method == Method::HEAD;
+    loop {
+        if !conn.buf.is_empty()
+            && let Some((head, framing, reusable)) = parse_head(&mut conn, answers_without_body)?
+        {
+            return Ok(Answer {
+                head,
+                framing,
+                reusable,
+                conn,
+            });
+        }
+        if conn.buf.len() >= MAX_HEAD_BYTES {
+            return Err(DirectError::HeadTooLarge);
+        }
+        conn.buf.reserve(READ_RESERVE);
+        let read = conn
+            .stream
+            .read_buf(&mut conn.buf)
+            .await
+            .map_err(DirectError::Read)?;
+        if read == 0 {
+            return Err(if conn.buf.is_empty() {
+                DirectError::Closed
+            } else {
+                DirectError::ClosedInHead
+            });
+        }
+    }
+}
+
+/// Parses a complete response head at the front of the buffer, consuming it. Interim (1xx)
+/// answers are skipped; `None` means more bytes are needed.
+fn parse_head(
+    conn: &mut OriginConn,
+    answers_without_body: bool,
+) -> Result<Option<(http::response::Parts, Framing, bool)>, DirectError> {
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut slots);
+        let mut config = httparse::ParserConfig::default();
+        config.allow_spaces_after_header_name_in_responses(true);
+        let len = match config.parse_response(&mut parsed, &conn.buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(err) => return Err(DirectError::Parse(err)),
+        };
+        let code = parsed.code.unwrap_or_default();
+        let status = StatusCode::from_u16(code).map_err(|_| DirectError::Invalid("status code"))?;
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            return Err(DirectError::Invalid(
+                "switching protocols without being asked to",
+            ));
+        }
+        if status.is_informational() {
+            conn.buf.advance(len);
+            if conn.buf.is_empty() {
+                return Ok(None);
+            }
+            continue;
+        }
+        let version = match parsed.version {
+            Some(0) => Version::HTTP_10,
+            _ => Version::HTTP_11,
+        };
+        let base = conn.buf.as_ptr() as usize;
+        conn.spans.clear();
+        for line in parsed.headers.iter() {
+            let name = HeaderName::from_bytes(line.name.as_bytes())
+                .map_err(|_| DirectError::Invalid("header name"))?;
+            let start = line.value.as_ptr() as usize - base;
+            conn.spans.push((name, start, start + line.value.len()));
+        }
+        let raw = conn.buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(conn.spans.len());
+        for (name, start, end) in conn.spans.drain(..) {
+            let value = HeaderValue::from_maybe_shared(raw.slice(start..end))
+                .map_err(|_| DirectError::Invalid("header value"))?;
+            headers.append(name, value);
+        }
+        let (framing, reusable) = framing_of(status, &mut headers, answers_without_body)?;
+        let (mut head, ()) = http::Response::new(()).into_parts();
+        head.status = status;
+        head.version = version;
+        head.headers = headers;
+        return Ok(Some((head, framing, reusable)));
+    }
+}
+
+/// How the body is delimited, and whether that leaves the connection reusable afterwards.
+fn framing_of(
+    status: StatusCode,
+    headers: &mut HeaderMap,
+    answers_without_body: bool,
+) -> Result<(Framing, bool), DirectError> {
+    if answers_without_body
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok((Framing::Empty, true));
+    }
+    if let Some(last) = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+    {
+        let chunked = last
+            .as_bytes()
+            .rsplit(|&b| b == b',')
+            .next()
+            .is_some_and(|coding| coding.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        // A length next to a transfer coding is ignored, and the message was a smuggling
+        // attempt or a broken origin: the connection is not trusted again (RFC 9112 §6.3).
+        let had_length = headers.remove(header::CONTENT_LENGTH).is_some();
+        return Ok(if chunked {
+            (Framing::Chunked(Chunk::Size), !had_length)
+        } else {
+            (Framing::UntilClose, false)
+        });
+    }
+    let mut length: Option<u64> = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for item in value.as_bytes().split(|&b| b == b',') {
+            let parsed =
+                parse_decimal(item.trim_ascii()).ok_or(DirectError::Invalid("content-length"))?;
+            if length.is_some_and(|seen| seen != parsed) {
+                return Err(DirectError::Invalid("conflicting content-length values"));
+            }
+            length = Some(parsed);
+        }
+    }
+    Ok(match length {
+        Some(length) => (Framing::Length(length), true),
+        None => (Framing::UntilClose, false),
+    })
+}
+
+fn parse_decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |sum, &digit| {
+        digit
+            .is_ascii_digit()
+            .then(|| sum * 10 + u64::from(digit - b'0'))
+    })
+}
+
+/// The size at the start of a chunk-size line (extensions after `;` are ignored).
+fn parse_chunk_size(line: &[u8]) -> Option<u64> {
+    let digits = match line.iter().position(|&b| b == b';') {
+        Some(semicolon) => &line[..semicolon],
+        None => line,
+    }
+    .trim_ascii();
+    if digits.is_empty() || digits.len() > 15 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |sum, &digit| {
+        let value = match digit {
+            b'0'..=b'9' => digit - b'0',
+            b'a'..=b'f' => digit - b'a' + 10,
+            b'A'..=b'F' => digit - b'A' + 10,
+            _ => return None,
+        };
+        Some(sum * 16 + u64::from(value))
+    })
+}
+
+/// Writes the head of a bodiless request: request line, the (already rewritten) headers, and
+/// the blank line. `target` must be the origin-form target; anything but visible ASCII in it
+/// is refused, since it would end or split the request line.
+pub(super) fn request_head(method: &Method, target: &str, headers: &HeaderMap) -> Option<Vec<u8>> {
+    let bytes = target.as_bytes();
+    if bytes.is_empty()
+        || !bytes
+            .iter()
+            .all(|&b| (0x21..0x7f).contains(&b) && b != b'#')
+    {
+        return None;
+    }
+    let mut size = method.as_str().len() + target.len() + 13;
+    for (name, value) in headers {
+        size += name.as_str().len() + value.len() + 4;
+    }
+    let mut head = Vec::with_capacity(size);
+    head.extend_from_slice(method.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(bytes);
+    head.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    Some(head)
+}
+
+/// The origin's response body, read from its connection by whoever polls it, frame by frame
+/// as the bytes arrive (server-sent events pass at once). The slot hold is dropped with the
+/// last frame, on a failure, or when the client goes away and the body is dropped. The
+/// connection returns to the pool only after a complete, cleanly framed body.
+pub(super) struct DirectBody {
+    conn: Option<OriginConn>,
+    framing: Framing,
+    reusable: bool,
+    pool: Arc<DirectPool>,
+    hold: Option<SlotHold>,
+}
+
+/// One decoding step's outcome.
+enum Step {
+    Frame(Frame<Bytes>),
+    NeedMore,
+    End,
+}
+
+impl DirectBody {
+    pub(super) fn new(
+        answer: Answer,
+        reusable: bool,
+        pool: &Arc<DirectPool>,
+        hold: Option<SlotHold>,
+    ) -> (http::response::Parts, DirectBody) {
+        let mut body = DirectBody {
+            conn: Some(answer.conn),
+            framing: answer.framing,
+            reusable: reusable && answer.reusable,
+            pool: Arc::clone(pool),
+            hold,
+        };
+        match body.framing {
+            // A body that is over before it starts may never be polled: give the connection
+            // back now. The hold stays until the response is dropped, as for any other body.
+            Framing::Empty | Framing::Length(0) => body.finish_reading(),
+            _ => {}
+        }
+        (answer.head, body)
+    }
+
+    /// The body has been read to its end: the connection goes back if it can be reused.
+    fn finish_reading(&mut self) {
+        self.framing = Framing::Empty;
+        if let Some(conn) = self.conn.take()
+            && self.reusable
+            && conn.buf.is_empty()
+        {
+            self.pool.put_back(conn);
+        }
+    }
+
+    fn fail(&mut self, err: io::Error) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        tracing::warn!(error = %err, "proxy: origin response body failed");
+        self.hold = None;
+        self.conn = None;
+        self.framing = Framing::Empty;
+        Poll::Ready(Some(Err(err)))
+    }
+
+    /// Decodes what the buffer holds without reading.
+    fn step(&mut self) -> io::Result<Step> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(Step::End);
+        };
+        let buf = &mut conn.buf;
+        match &mut self.framing {
+            Framing::Empty => Ok(Step::End),
+            Framing::Length(remaining) | Framing::Chunked(Chunk::Data(remaining)) => {
+                if buf.is_empty() {
+                    return Ok(Step::NeedMore);
+                }
+                let take = usize::try_from(*remaining)
+                    .unwrap_or(usize::MAX)
+                    .min(buf.len());
+                let data = buf.split_to(take).freeze();
+                *remaining -= take as u64;
+                if *remaining == 0 {
+                    match self.framing {
+                        Framing::Chunked(_) => self.framing = Framing::Chunked(Chunk::DataEnd),
+                        _ => self.finish_reading(),
+                    }
+                }
+                Ok(Step::Frame(Frame::data(data)))
+            }
+            Framing::UntilClose => {
+                if buf.is_empty() {
+                    return Ok(Step::NeedMore);
+                }
+                Ok(Step::Frame(Frame::data(buf.split().freeze())))
+            }
+            Framing::Chunked(Chunk::Size) => {
+                let Some(newline) = buf.iter().position(|&b| b == b'\n') else {
+                    if buf.len() > MAX_CHUNK_LINE {
+                        return Err(invalid_body("chunk-size line too long"));
+                    }
+                    return Ok(Step::NeedMore);
+                };
+                let line = buf[..newline]
+                    .strip_suffix(b"\r")
+                    .unwrap_or(&buf[..newline]);
+                let size = parse_chunk_size(line).ok_or_else(|| invalid_body("bad chunk size"))?;
+                buf.advance(newline + 1);
+                self.framing = Framing::Chunked(if size == 0 {
+                    Chunk::Trailers
+                } else {
+                    Chunk::Data(size)
+                });
+                self.step()
+            }
+            Framing::Chunked(Chunk::DataEnd) => {
+                let ending = match &buf[..] {
+                    [b'\n', ..] => 1,
+                    [b'\r', b'\n', ..] => 2,
+                    [] | [b'\r'] => return Ok(Step::NeedMore),
+                    _ => return Err(invalid_body("chunk not followed by CRLF")),
+                };
+                buf.advance(ending);
+                self.framing = Framing::Chunked(Chunk::Size);
+                self.step()
+            }
+            Framing::Chunked(Chunk::Trailers) => {
+                let blank = match &buf[..] {
+                    [b'\n', ..] => Some(1),
+                    [b'\r', b'\n', ..] => Some(2),
+                    [] | [b'\r'] => return Ok(Step::NeedMore),
+                    _ => None,
+                };
+                if let Some(blank) = blank {
+                    buf.advance(blank);
+                    self.finish_reading();
+                    return Ok(Step::End);
+                }
+                let trailers = match parse_trailers(buf)? {
+                    Some(trailers) => trailers,
+                    None => return Ok(Step::NeedMore),
+                };
+                self.finish_reading();
+                Ok(Step::Frame(Frame::trailers(trailers)))
+            }
+        }
+    }
+}
+
+/// Parses a complete trailer section at the front of the buffer, consuming it.
+fn parse_trailers(buf: &mut BytesMut) -> io::Result<Option<HeaderMap>> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let (len, lines) = match httparse::parse_headers(buf, &mut slots) {
+        Ok(httparse::Status::Complete((len, lines))) => (len, lines),
+        Ok(httparse::Status::Partial) if buf.len() > MAX_TRAILER_BYTES => {
+            return Err(invalid_body("trailer section too large"));
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(invalid_body("bad trailer section")),
+    };
+    let mut trailers = HeaderMap::with_capacity(lines.len());
+    for line in lines.iter() {
+        let name = HeaderName::from_bytes(line.name.as_bytes())
+            .map_err(|_| invalid_body("bad trailer name"))?;
+        let value =
+            HeaderValue::from_bytes(line.value).map_err(|_| invalid_body("bad trailer value"))?;
+        trailers.append(name, value);
+    }
+    buf.advance(len);
+    Ok(Some(trailers))
+}
+
+fn invalid_body(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+impl hyper::body::Body for DirectBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        loop {
+            match this.step() {
+                Err(err) => return this.fail(err),
+                Ok(Step::Frame(frame)) => {
+                    if this.framing == Framing::Empty {
+                        this.hold = None;
+                    }
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                Ok(Step::End) => {
+                    this.hold = None;
+                    return Poll::Ready(None);
+                }
+                Ok(Step::NeedMore) => {}
+            }
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match ready!(conn.poll_fill(cx)) {
+                Ok(0) if this.framing == Framing::UntilClose => {
+                    this.conn = None;
+                    this.framing = Framing::Empty;
+                    this.hold = None;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => {
+                    return this.fail(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the origin closed the connection before the body ended",
+                    ));
+                }
+                Ok(_) => {}
+                Err(err) => return this.fail(err),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.framing == Framing::Empty
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.framing {
+            Framing::Empty => SizeHint::with_exact(0),
+            Framing::Length(remaining) => SizeHint::with_exact(remaining),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use http_body_util::BodyExt as _;
+    use tokio::io::AsyncWriteExt as _;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    const LIMITS: PoolLimits = PoolLimits {
+        max_idle: 16,
+        idle_timeout: Duration::from_secs(90),
+        connect_timeout: Duration::from_secs(5),
+        tcp_keepalive: Duration::from_secs(30),
+    };
+
+    /// A raw origin: on each connection it reads request heads and answers the n-th one with
+    /// `answers[n]`, written in pieces of `piece` bytes; past the script it closes.
+    struct ScriptedOrigin {
+        addr: String,
+        accepted: Arc<AtomicUsize>,
+        requests: Arc<AtomicUsize>,
+        /// Heads seen, in order.
+        heads: Arc<Mutex<Vec<String>>>,
+    }
+
+    async fn scripted_origin(answers: Vec<&'static [u8]>, piece: usize) -> ScriptedOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = ScriptedOrigin {
+            addr: listener.local_addr().unwrap().to_string(),
+            accepted: Arc::default(),
+            requests: Arc::default(),
+            heads: Arc::default(),
+        };
+        let (accepted, requests, heads) = (
+            Arc::clone(&origin.accepted),
+            Arc::clone(&origin.requests),
+            Arc::clone(&origin.heads),
+        );
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let answers = answers.clone();
+                let (requests, heads) = (Arc::clone(&requests), Arc::clone(&heads));
+                tokio::spawn(async move {
+                    for answer in answers {
+                        let Some(head) = read_head(&mut stream).await else {
+                            return;
+                        };
+                        requests.fetch_add(1, Ordering::SeqCst);
+                        heads.lock().push(head);
+                        for part in answer.chunks(piece) {
+                            if stream.write_all(part).await.is_err() {
+                                return;
+                            }
+                            if piece < answer.len() {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        origin
+    }
+
+    async fn read_head(stream: &mut TcpStream) -> Option<String> {
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            match stream.read(&mut byte).await {
+                Ok(1) => head.push(byte[0]),
+                _ => return None,
+            }
+        }
+        String::from_utf8(head).ok()
+    }
+
+    fn get_head() -> Vec<u8> {
+        b"GET /x HTTP/1.1\r\nhost: origin\r\n\r\n".to_vec()
+    }
+
+    /// Everything the body yields: the data joined, and the trailers if any.
+    async fn drain(body: DirectBody) -> Result<(Vec<u8>, Option<HeaderMap>), io::Error> {
+        let mut body = std::pin::pin!(body);
+        let mut data = Vec::new();
+        let mut trailers = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame?;
+            match frame.into_data() {
+                Ok(bytes) => data.extend_from_slice(&bytes),
+                Err(frame) => trailers = frame.into_trailers().ok(),
+            }
+        }
+        Ok((data, trailers))
+    }
+
+    async fn fetch(
+        pool: &Arc<DirectPool>,
+        method: Method,
+    ) -> Result<
+        (
+            StatusCode,
+            HeaderMap,
+            Result<(Vec<u8>, Option<HeaderMap>), io::Error>,
+        ),
+        DirectError,
+    > {
+        let head = format!("{method} /x HTTP/1.1\r\nhost: origin\r\n\r\n");
+        let answer = pool.send(&method, head.as_bytes()).await?;
+        let (head, body) = DirectBody::new(answer, true, pool, None);
+        Ok((head.status, head.headers, drain(body).await))
+    }
+
+    /// An answer, the body it carries, and its one trailer if any.
+    type DecodeCase = (
+        &'static [u8],
+        &'static [u8],
+        Option<(&'static str, &'static str)>,
+    );
+    type IsExpected = fn(&DirectError) -> bool;
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let framing = |status: u16, pairs: &[(&str, &str)], head_request: bool| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.append(
+                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    HeaderValue::from_str(value).unwrap(),
+                );
+            }
+            let status = StatusCode::from_u16(status).unwrap();
+            framing_of(status, &mut headers, head_request).map(|found| (found, headers))
+        };
+        let length = [("content-length", "5")];
+        assert_eq!(
+            framing(200, &length, true).unwrap().0,
+            (Framing::Empty, true)
+        );
+        assert_eq!(framing(204, &[], false).unwrap().0, (Framing::Empty, true));
+        assert_eq!(
+            framing(304, &length, false).unwrap().0,
+            (Framing::Empty, true)
+        );
+        assert_eq!(
+            framing(200, &length, false).unwrap().0,
+            (Framing::Length(5), true)
+        );
+        let repeated = [("content-length", "5, 5"), ("content-length", "5")];
+        assert_eq!(
+            framing(200, &repeated, false).unwrap().0,
+            (Framing::Length(5), true)
+        );
+        for bad in [
+            &[("content-length", "5"), ("content-length", "6")][..],
+            &[("content-length", "-1")],
+            &[("content-length", "0x5")],
+            &[("content-length", "99999999999999999999")],
+        ] {
+            assert!(framing(200, bad, false).is_err(), "{bad:?}");
+        }
+        let chunked = [("transfer-encoding", "gzip, chunked")];
+        assert_eq!(
+            framing(200, &chunked, false).unwrap().0,
+            (Framing::Chunked(Chunk::Size), true)
+        );
+        let not_last = [("transfer-encoding", "chunked, gzip")];
+        assert_eq!(
+            framing(200, &not_last, false).unwrap().0,
+            (Framing::UntilClose, false)
+        );
+        let both = [("transfer-encoding", "chunked"), ("content-length", "5")];
+        let (found, headers) = framing(200, &both, false).unwrap();
+        assert_eq!(found, (Framing::Chunked(Chunk::Size), false));
+        assert!(!headers.contains_key(header::CONTENT_LENGTH));
+        assert_eq!(
+            framing(200, &[], false).unwrap().0,
+            (Framing::UntilClose, false)
+        );
+    }
+
+    #[test]
+    fn chunk_sizes_are_strict_hex() {
+        assert_eq!(parse_chunk_size(b"1a"), Some(26));
+        assert_eq!(parse_chunk_size(b"1A;name=value"), Some(26));
+        assert_eq!(parse_chunk_size(b"0"), Some(0));
+        assert_eq!(parse_chunk_size(b"ff ; ext"), Some(255));
+        for bad in [&b""[..], b";ext", b"g", b"-1", b"1 2", b"1000000000000000"] {
+            assert_eq!(parse_chunk_size(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn request_target_must_be_visible_ascii() {
+        let headers = HeaderMap::new();
+        assert!(request_head(&Method::GET, "/a?b=c", &headers).is_some());
+        for bad in [
+            "",
+            "/a b",
+            "/a\r\nx: y",
+            "/a#frag",
+            "/caf\u{e9}",
+            "/a\u{7f}",
+        ] {
+            assert!(
+                request_head(&Method::GET, bad, &headers).is_none(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn request_head_is_written_as_given() {
+        let origin = scripted_origin(vec![b"HTTP/1.1 204 No Content\r\n\r\n"], usize::MAX).await;
+        let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("example.test"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("x-a", HeaderValue::from_static("2"));
+        let head = request_head(&Method::DELETE, "/p?q=1", &headers).unwrap();
+        let answer = pool.send(&Method::DELETE, &head).await.unwrap();
+        assert_eq!(answer.head.status, StatusCode::NO_CONTENT);
+        assert_eq!(
+            origin.heads.lock()[0],
+            "DELETE /p?q=1 HTTP/1.1\r\nhost: example.test\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn bodies_decode_however_the_bytes_are_split() {
+        let cases: [DecodeCase; 4] = [
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\nhello world", b"hello world", None),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+                b"hello world",
+                None,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nb\r\nhello world\r\n0\r\nx-sum: 42\r\n\r\n",
+                b"hello world",
+                Some(("x-sum", "42")),
+            ),
+            (
+                b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+                b"ok",
+                None,
+            ),
+        ];
+        for (answer, expected, trailer) in cases {
+            for piece in [1, 3, 7, usize::MAX] {
+                // The same answer twice on one connection: the second proves the first left
+                // the connection exactly at a message boundary.
+                let origin = scripted_origin(vec![answer, answer], piece).await;
+                let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+                for round in 0..2 {
+                    let (status, _, body) = fetch(&pool, Method::GET).await.unwrap();
+                    let (data, trailers) = body.unwrap();
+                    assert_eq!(status, StatusCode::OK);
+                    assert_eq!(data, expected, "piece {piece}, round {round}");
+                    let got = trailers.as_ref().and_then(|map| {
+                        map.iter().next().map(|(name, value)| {
+                            (name.as_str().to_owned(), value.to_str().unwrap().to_owned())
+                        })
+                    });
+                    assert_eq!(
+                        got,
+                        trailer.map(|(name, value)| (name.to_owned(), value.to_owned()))
+                    );
+                    assert_eq!(pool.idle_count(), 1, "reused after a complete body");
+                }
+                assert_eq!(origin.accepted.load(Ordering::SeqCst), 1);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn body_until_close_is_read_whole_and_not_reused() {
+        let origin = scripted_origin(vec![b"HTTP/1.0 200 OK\r\n\r\nall of it"], 4).await;
+        let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+        let (status, _, body) = fetch(&pool, Method::GET).await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body.unwrap().0, b"all of it");
+        assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn head_answers_have_no_body_whatever_they_announce() {
+        let origin = scripted_origin(
+            vec![
+                b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n",
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            ],
+            usize::MAX,
+        )
+        .await;
+        let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+        let (_, headers, body) = fetch(&pool, Method::HEAD).await.unwrap();
+        assert_eq!(headers[header::CONTENT_LENGTH], "100");
+        assert!(body.unwrap().0.is_empty());
+        let (_, _, body) = fetch(&pool, Method::GET).await.unwrap();
+        assert_eq!(body.unwrap().0, b"ok");
+        assert_eq!(origin.accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn broken_answers_are_errors_not_guesses() {
+        let big: &'static [u8] = Box::leak(
+            [
+                &b"HTTP/1.1 200 OK\r\nx-big: "[..],
+                &vec![b'a'; MAX_HEAD_BYTES],
+                b"\r\n\r\n",
+            ]
+            .concat()
+            .into_boxed_slice(),
+        );
+        let cases: [(&'static [u8], IsExpected); 5] = [
+            (
+                b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n",
+                |err| matches!(err, DirectError::Invalid(_)),
+            ),
+            (b"SSH-2.0-OpenSSH\r\n\r\n", |err| {
+                matches!(err, DirectError::Parse(_))
+            }),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nx",
+                |err| matches!(err, DirectError::Invalid(_)),
+            ),
+            (b"HTTP/1.1 200 OK\r\ncontent-", |err| {
+                matches!(err, DirectError::ClosedInHead)
+            }),
+            (big, |err| matches!(err, DirectError::HeadTooLarge)),
+        ];
+        for (answer, expected) in cases {
+            let origin = scripted_origin(vec![answer], usize::MAX).await;
+            let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+            match fetch(&pool, Method::GET).await {
+                Err(err) => assert!(expected(&err), "{err:?}"),
+                Ok((status, ..)) => panic!("accepted as {status}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn bodies_cut_short_are_errors_and_close_the_connection() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf"[..],
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+        ] {
+            let answer: &'static [u8] = Box::leak(answer.to_vec().into_boxed_slice());
+            let origin = scripted_origin(vec![answer], usize::MAX).await;
+            let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+            let (_, _, body) = fetch(&pool, Method::GET).await.unwrap();
+            assert!(body.is_err(), "{}", String::from_utf8_lossy(answer));
+            assert_eq!(pool.idle_count(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn trailing_bytes_after_a_body_retire_the_connection() {
+        let origin = scripted_origin(
+            vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA"],
+            usize::MAX,
+        )
+        .await;
+        let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+        let (_, _, body) = fetch(&pool, Method::GET).await.unwrap();
+        assert_eq!(body.unwrap().0, b"ok");
+        assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn idempotent_requests_are_retried_once_on_a_fresh_connection() {
+        // Each connection answers one request, then reads the next and hangs up without a
+        // word: the race between a request and an origin's keep-alive timeout.
+        let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let hang_up: &'static [u8] = b"";
+        let origin = scripted_origin(vec![ok, hang_up], usize::MAX).await;
+        let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+        let (_, _, body) = fetch(&pool, Method::GET).await.unwrap();
+        assert_eq!(body.unwrap().0, b"ok");
+        let (_, _, body) = fetch(&pool, Method::GET).await.unwrap();
+        assert_eq!(body.unwrap().0, b"ok");
+        assert_eq!(origin.accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(origin.requests.load(Ordering::SeqCst), 3);
+
+        // The same race for a POST: the origin may have acted on it, so it is not repeated.
+        let failed = fetch(&pool, Method::POST).await;
+        assert!(
+            matches!(failed, Err(DirectError::Closed)),
+            "{:?}",
+            failed.err()
+        );
+        assert_eq!(origin.requests.load(Ordering::SeqCst), 4);
+        assert_eq!(origin.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn connections_closed_while_idle_are_skipped_without_sending() {
+        let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let origin = scripted_origin(vec![ok], usize::MAX).await;
+        let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+        for round in 1..=3 {
+            let (_, _, body) = fetch(&pool, Method::POST).await.unwrap();
+            assert_eq!(body.unwrap().0, b"ok");
+            // The origin closes after its one answer; once that is visible, the idle
+            // connection is passed over and the POST goes to a new one.
+            for _ in 0..300 {
+                if pool.idle_open_count() == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(origin.accepted.load(Ordering::SeqCst), round);
+        }
+        assert_eq!(origin.requests.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_an_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let pool = DirectPool::new(&addr, LIMITS);
+        assert!(matches!(
+            pool.send(&Method::GET, &get_head()).await,
+            Err(DirectError::Connect(PoolError::Connect { .. }))
+        ));
+    }
+}
