@@ -234,7 +234,21 @@ impl Proxy {
         {
             return self.forward_direct(pool, parts, &ctx, hold).await;
         }
+        // Boxed: this path's future is several times the direct one's, and every request's
+        // future would otherwise carry (and move) room for it.
+        Box::pin(self.forward_general(parts, body, upgrade, client_upgrade, ctx, hold)).await
+    }
 
+    /// [`Proxy::forward`] through a pooled client: upgrades, requests with a body, `https`.
+    async fn forward_general(
+        &self,
+        parts: http::request::Parts,
+        body: Body,
+        upgrade: Option<HeaderValue>,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        ctx: ForwardContext,
+        hold: Option<SlotHold>,
+    ) -> Response<Body> {
         // Upgrades need the general client, which hands the connection over after a 101.
         let pooled = match (&self.http1, &upgrade) {
             (Some(pool), None) => Some(pool),
@@ -362,13 +376,17 @@ impl Proxy {
             tracing::debug!("proxy: request path does not make a valid request target");
             return plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
         };
-        let sent = pool.send(&method, &head);
+        // Each arm builds its own future: one shared `send` future moved into the timeout
+        // would make the state machine carry room for both.
         let answered = match self.header_timeout {
-            Some(limit) => match tokio::time::timeout(limit, sent).await {
+            Some(limit) => match tokio::time::timeout(limit, pool.send(&method, &head)).await {
                 Ok(answered) => answered.map_err(UpstreamFailure::from),
                 Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
             },
-            None => sent.await.map_err(UpstreamFailure::from),
+            None => pool
+                .send(&method, &head)
+                .await
+                .map_err(UpstreamFailure::from),
         };
         let mut answer = match answered {
             Ok(answer) => answer,
