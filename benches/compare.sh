@@ -3,6 +3,9 @@
 # with an upstream keep-alive pool (N), through HAProxy (H) and through Concert with a cap that
 # never binds (C). Runs are interleaved (D N H C, D N H C, …) so drift hits all alike; the median
 # of the rounds is reported. Everything listens on 127.0.0.1 and every run is bounded in time.
+# Besides requests/s and latency, each row gives the server's CPU time per request (user and
+# system, from /proc, workers included): on a shared VM throughput drifts ±15% between runs,
+# while CPU per request stays within a few percent, so it is the fairer cost comparison.
 #
 #   bash benches/compare.sh            # defaults below
 #   ROUNDS=5 DURATION=10 CONNS=64 WORKERS="1 2" bash benches/compare.sh
@@ -101,7 +104,8 @@ start_origin() {
   nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { return 200 'ok'; } }"
   (if [ "$cpus" -ge 2 ]; then exec taskset -c 1 "$NGINX" -c "$work/origin.conf" -p "$work"
    else exec "$NGINX" -c "$work/origin.conf" -p "$work"; fi) &
-  pids+=($!)
+  pid_origin=$!
+  pids+=("$pid_origin")
 }
 
 # Servers started inside $(…) must not keep its output pipe open, or the substitution never ends.
@@ -152,17 +156,38 @@ wait_port() {
   return 1
 }
 
-# Prints "requests_per_second p50_ms p99_ms errors" for one wrk run against port $1.
+CLK_TCK=$(getconf CLK_TCK)
+
+# CPU time (user and system clock ticks) used so far by process $1 and its children (nginx
+# workers), as "user system".
+cpu_ticks() {
+  local pid total_user=0 total_system=0 user system
+  for pid in "$1" $(pgrep -P "$1" || true); do
+    read -r user system < <(awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null || echo "0 0")
+    total_user=$((total_user + user)); total_system=$((total_system + system))
+  done
+  echo "$total_user $total_system"
+}
+
+# Prints "requests_per_second p50_ms p99_ms user_us system_us errors" for one wrk run against
+# port $1 served by process $2; the CPU columns are the server's CPU microseconds per request,
+# which vary far less between runs on a shared machine than requests per second do.
 measure() {
-  local out
+  local out user0 system0 user1 system1
+  read -r user0 system0 < <(cpu_ticks "$2")
   out=$(pin_gen wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${WRK_HEADERS[@]}" \
     "http://127.0.0.1:$1$BENCH_PATH" 2>&1)
-  local rps p50 p99 errors
+  read -r user1 system1 < <(cpu_ticks "$2")
+  local rps p50 p99 errors requests
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  requests=$(awk '/requests in/ {print $1}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out" | tr '\n' ' ')
-  echo "$rps $(to_ms "$p50") $(to_ms "$p99") ${errors:-none}"
+  per_request() { awk -v t="$1" -v n="${requests:-0}" -v hz="$CLK_TCK" \
+    'BEGIN { if (n > 0) printf "%.2f", t * 1000000 / hz / n; else print "-" }'; }
+  echo "$rps $(to_ms "$p50") $(to_ms "$p99") $(per_request $((user1 - user0))) \
+$(per_request $((system1 - system0))) ${errors:-none}"
 }
 
 to_ms() { # wrk prints 1.23ms / 456.00us / 1.02s
@@ -191,7 +216,7 @@ echo "fast origin: nginx 'return 200' on 127.0.0.1:$ORIGIN_PORT; wrk -t1 -c$CONN
 echo
 
 for workers in $WORKERS; do
-  declare -A rps=() p50=() p99=() errs=()
+  declare -A rps=() p50=() p99=() user=() system=() errs=()
   pid_n=$(start_nginx "$workers"); pids+=("$pid_n")
   pid_h=$(start_haproxy "$workers"); pids+=("$pid_h")
   pid_c=$(start_concert "$workers"); pids+=("$pid_c")
@@ -205,23 +230,28 @@ for workers in $WORKERS; do
   for round in $(seq 1 "$ROUNDS"); do
     for target in D N H C; do
       case $target in
-        D) port=$ORIGIN_PORT ;; N) port=$NGINX_PORT ;; H) port=$HAPROXY_PORT ;; C) port=$CONCERT_PORT ;;
+        D) port=$ORIGIN_PORT; pid=$pid_origin ;; N) port=$NGINX_PORT; pid=$pid_n ;;
+        H) port=$HAPROXY_PORT; pid=$pid_h ;; C) port=$CONCERT_PORT; pid=$pid_c ;;
       esac
-      read -r r a b e <<<"$(measure "$port")"
+      read -r r a b u y e <<<"$(measure "$port" "$pid")"
       rps[$target]+="$r "; p50[$target]+="$a "; p99[$target]+="$b "
+      user[$target]+="$u "; system[$target]+="$y "
       [ "$e" = none ] || errs[$target]+="round $round: $e; "
     done
   done
   echo "== $workers worker thread(s) per proxy =="
-  printf "%-22s %12s %10s %10s\n" target "req/s" "p50 ms" "p99 ms"
+  printf "%-22s %12s %10s %10s %14s %14s\n" target "req/s" "p50 ms" "p99 ms" "user us/req" \
+    "system us/req"
   for target in D N H C; do
     case $target in
       D) name="direct (origin)" ;; N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
     esac
-    printf "%-22s %12s %10s %10s\n" "$name" \
+    printf "%-22s %12s %10s %10s %14s %14s\n" "$name" \
       "$(tr ' ' '\n' <<<"${rps[$target]}" | grep . | median)" \
       "$(tr ' ' '\n' <<<"${p50[$target]}" | grep . | median)" \
-      "$(tr ' ' '\n' <<<"${p99[$target]}" | grep . | median)"
+      "$(tr ' ' '\n' <<<"${p99[$target]}" | grep . | median)" \
+      "$(tr ' ' '\n' <<<"${user[$target]}" | grep . | median)" \
+      "$(tr ' ' '\n' <<<"${system[$target]}" | grep . | median)"
     [ -z "${errs[$target]:-}" ] || echo "   errors: ${errs[$target]}"
   done
   echo
@@ -250,5 +280,5 @@ for workers in $WORKERS; do
   fi
   kill "$pid_n" "$pid_h" "$pid_c" 2>/dev/null || true
   wait "$pid_n" "$pid_h" "$pid_c" 2>/dev/null || true
-  unset rps p50 p99 errs
+  unset rps p50 p99 user system errs
 done
