@@ -231,7 +231,7 @@ async fn forward(
         peer: info.conn.peer,
         peer_trusted,
         via_tls: info.conn.tls,
-        path_and_query: info.target.clone(),
+        path_and_query: &info.target,
     };
     app.counters.proxied_total.fetch_add(1, Ordering::Relaxed);
     generation

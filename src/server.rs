@@ -205,13 +205,15 @@ async fn handle_recovering(
     conn: ConnInfo,
     req: hyper::Request<Incoming>,
 ) -> http::Response<Body> {
-    let path: String = req.uri().path().chars().take(256).collect();
+    // A reference-count bump; the path is only formatted if the pipeline panics.
+    let uri = req.uri().clone();
     match AssertUnwindSafe(crate::router::handle(app, conn, req))
         .catch_unwind()
         .await
     {
         Ok(response) => response,
         Err(_) => {
+            let path: String = uri.path().chars().take(256).collect();
             tracing::error!("request panic on {path}");
             let mut response = http::Response::new(Body::empty());
             *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;

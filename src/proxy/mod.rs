@@ -89,7 +89,7 @@ pub enum ProxyError {
 
 /// What the caller knows about the request that the proxy cannot see in it.
 #[derive(Debug, Clone)]
-pub struct ForwardContext {
+pub struct ForwardContext<'a> {
     /// The socket peer, IPv4-mapped addresses unmapped; `None` when it could not be read.
     pub peer: Option<IpAddr>,
     /// Whether the peer is one of the trusted proxies (its forwarding headers are believed).
@@ -97,7 +97,7 @@ pub struct ForwardContext {
     /// Whether the client reached Concert over its own TLS listener.
     pub via_tls: bool,
     /// The normalised path plus the original query: exactly what the origin must receive.
-    pub path_and_query: String,
+    pub path_and_query: &'a str,
 }
 
 /// Whatever keeps a page or stream slot busy; dropping it releases the slot.
@@ -222,7 +222,7 @@ impl Proxy {
     pub async fn forward(
         &self,
         mut req: Request<Body>,
-        ctx: ForwardContext,
+        ctx: ForwardContext<'_>,
         hold: Option<SlotHold>,
     ) -> Response<Body> {
         let upgrade = headers::requested_upgrade(req.headers());
@@ -246,7 +246,7 @@ impl Proxy {
         body: Body,
         upgrade: Option<HeaderValue>,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-        ctx: ForwardContext,
+        ctx: ForwardContext<'_>,
         hold: Option<SlotHold>,
     ) -> Response<Body> {
         // Upgrades need the general client, which hands the connection over after a 101.
@@ -255,8 +255,8 @@ impl Proxy {
             _ => None,
         };
         let uri = match pooled {
-            Some(_) => self.target.origin_form_for(&ctx.path_and_query),
-            None => self.target.uri_for(&ctx.path_and_query),
+            Some(_) => self.target.origin_form_for(ctx.path_and_query),
+            None => self.target.uri_for(ctx.path_and_query),
         };
         let uri = match uri {
             Ok(uri) => uri,
@@ -357,7 +357,7 @@ impl Proxy {
         &self,
         pool: &Arc<DirectPool>,
         parts: http::request::Parts,
-        ctx: &ForwardContext,
+        ctx: &ForwardContext<'_>,
         hold: Option<SlotHold>,
     ) -> Response<Body> {
         let facts = RequestFacts {
@@ -371,7 +371,7 @@ impl Proxy {
         };
         let method = parts.method;
         let headers = headers::rewrite_request(parts.headers, facts);
-        let target = self.target.origin_form(&ctx.path_and_query);
+        let target = self.target.origin_form(ctx.path_and_query);
         let Some(head) = direct::request_head(&method, &target, &headers) else {
             tracing::debug!("proxy: request path does not make a valid request target");
             return plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);

@@ -92,17 +92,20 @@ fn front(proxy: Proxy, peer_trusted: bool) -> Front {
                         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                             let proxy = Arc::clone(&proxy);
                             let hold: SlotHold = Box::new(CountedHold::new(&live));
-                            let ctx = ForwardContext {
-                                peer: Some(crate::client::unmap(peer.ip())),
-                                peer_trusted,
-                                via_tls: false,
-                                path_and_query: req
-                                    .uri()
-                                    .path_and_query()
-                                    .map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned()),
-                            };
+                            let target = req
+                                .uri()
+                                .path_and_query()
+                                .map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned());
                             let req = req.map(Body::new);
-                            async move { Ok::<_, Infallible>(proxy.forward(req, ctx, Some(hold)).await) }
+                            async move {
+                                let ctx = ForwardContext {
+                                    peer: Some(crate::client::unmap(peer.ip())),
+                                    peer_trusted,
+                                    via_tls: false,
+                                    path_and_query: &target,
+                                };
+                                Ok::<_, Infallible>(proxy.forward(req, ctx, Some(hold)).await)
+                            }
                         });
                         let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                             .serve_connection_with_upgrades(TokioIo::new(stream), service)
