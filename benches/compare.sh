@@ -4,8 +4,8 @@
 # never binds (C). Runs are interleaved (D N H C, D N H C, …) so drift hits all alike; the median
 # of the rounds is reported. Everything listens on 127.0.0.1 and every run is bounded in time.
 # Besides requests/s and latency, each row gives the server's CPU time per request (user and
-# system, from /proc, workers included): on a shared VM throughput drifts ±15% between runs,
-# while CPU per request stays within a few percent, so it is the fairer cost comparison.
+# system, from /proc, workers included). On a shared VM both drift between invocations (±15%),
+# but runs next to each other agree closely: compare rows of one run.
 #
 #   bash benches/compare.sh            # defaults below
 #   ROUNDS=5 DURATION=10 CONNS=64 WORKERS="1 2" bash benches/compare.sh
@@ -170,8 +170,7 @@ cpu_ticks() {
 }
 
 # Prints "requests_per_second p50_ms p99_ms user_us system_us errors" for one wrk run against
-# port $1 served by process $2; the CPU columns are the server's CPU microseconds per request,
-# which vary far less between runs on a shared machine than requests per second do.
+# port $1 served by process $2; the CPU columns are the server's CPU microseconds per request.
 measure() {
   local out user0 system0 user1 system1
   read -r user0 system0 < <(cpu_ticks "$2")
