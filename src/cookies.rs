@@ -3,6 +3,7 @@
 //! Every cookie Concert sets shares one attribute set (path, domain, Secure) derived from the
 //! configuration, so the attribute tail is rendered once per generation, not per response.
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, header::COOKIE};
 
 /// Value of the first cookie called `name` across all `Cookie` headers, borrowed from the request.
@@ -66,23 +67,42 @@ impl CookieAttrs {
         http_only: bool,
         force_secure: bool,
     ) -> HeaderValue {
-        let mut line = String::with_capacity(name.len() + value.len() + self.scope.len() + 64);
+        const MAX_AGE: &str = "; Max-Age=";
+        const HTTP_ONLY: &str = "; HttpOnly";
+        const SECURE: &str = "; Secure";
+        const SAME_SITE: &str = "; SameSite=Lax";
+        let mut digits = itoa::Buffer::new();
+        let max_age = digits.format(max_age_secs);
+        let secure = self.secure || force_secure;
+        // The exact length, so the header value takes the buffer over without copying it.
+        let len = name.len()
+            + 1
+            + value.len()
+            + self.scope.len()
+            + MAX_AGE.len()
+            + max_age.len()
+            + if http_only { HTTP_ONLY.len() } else { 0 }
+            + if secure { SECURE.len() } else { 0 }
+            + SAME_SITE.len();
+        let mut line = String::with_capacity(len);
         line.push_str(name);
         line.push('=');
         line.push_str(value);
         line.push_str(&self.scope);
-        line.push_str("; Max-Age=");
-        line.push_str(itoa::Buffer::new().format(max_age_secs));
+        line.push_str(MAX_AGE);
+        line.push_str(max_age);
         if http_only {
-            line.push_str("; HttpOnly");
+            line.push_str(HTTP_ONLY);
         }
-        if self.secure || force_secure {
-            line.push_str("; Secure");
+        if secure {
+            line.push_str(SECURE);
         }
-        line.push_str("; SameSite=Lax");
+        line.push_str(SAME_SITE);
+        debug_assert_eq!(line.len(), len, "cookie length computed wrongly");
         // Names and values are ours (hex tokens, digits) and attributes were validated at start-up;
         // an unexpected byte degrades to a harmless empty header instead of a panic.
-        HeaderValue::from_str(&line).unwrap_or_else(|_| HeaderValue::from_static(""))
+        HeaderValue::from_maybe_shared(Bytes::from(line))
+            .unwrap_or_else(|_| HeaderValue::from_static(""))
     }
 
     /// A header that deletes cookie `name` (empty value, `Max-Age=0`).

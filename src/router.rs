@@ -234,10 +234,7 @@ async fn forward(
         path_and_query: &info.target,
     };
     app.counters.proxied_total.fetch_add(1, Ordering::Relaxed);
-    generation
-        .proxy
-        .forward(req.map(Body::new), ctx, hold)
-        .await
+    generation.proxy.forward(req, ctx, hold).await
 }
 
 /// Strike weight of a forged admission pass.

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use super::SlotHold;
 use super::pool::{PoolError, PoolLimits, connect_tcp};
+use super::target::Target;
 
 /// Response header lines accepted, as many as the client side allows.
 const MAX_HEADERS: usize = 100;
@@ -34,6 +35,8 @@ const MAX_HEAD_BYTES: usize = 128 * 1024;
 const MAX_CHUNK_LINE: usize = 4 * 1024;
 /// Largest trailer section of a chunked body.
 const MAX_TRAILER_BYTES: usize = 16 * 1024;
+/// Response headers the proxy may add to an origin's answer without regrowing its map.
+const RESPONSE_HEADROOM: usize = 4;
 /// Free space made in the read buffer before each read.
 const READ_RESERVE: usize = 16 * 1024;
 
@@ -314,7 +317,9 @@ fn parse_head(
             conn.spans.push((name, start, start + line.value.len()));
         }
         let raw = conn.buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(conn.spans.len());
+        // Room for what the proxy adds on the way out (the admission pass and priority
+        // cookies), so adding them does not regrow the map.
+        let mut headers = HeaderMap::with_capacity(conn.spans.len() + RESPONSE_HEADROOM);
         for (name, start, end) in conn.spans.drain(..) {
             let value = HeaderValue::from_maybe_shared(raw.slice(start..end))
                 .map_err(|_| DirectError::Invalid("header value"))?;
@@ -410,26 +415,36 @@ fn parse_chunk_size(line: &[u8]) -> Option<u64> {
 }
 
 /// Writes the head of a bodiless request: request line, the (already rewritten) headers, and
-/// the blank line. `target` must be the origin-form target; anything but visible ASCII in it
-/// is refused, since it would end or split the request line.
-pub(super) fn request_head(method: &Method, target: &str, headers: &HeaderMap) -> Option<Vec<u8>> {
-    let bytes = target.as_bytes();
-    if bytes.is_empty()
-        || !bytes
+/// the blank line, in one allocation. The origin-form target is refused unless it is visible
+/// ASCII, since anything else would end or split the request line.
+pub(super) fn request_head(
+    method: &Method,
+    target: &Target,
+    path_and_query: &str,
+    headers: &HeaderMap,
+) -> Option<Vec<u8>> {
+    const VERSION: &str = " HTTP/1.1\r\n";
+    let mut size =
+        method.as_str().len() + 1 + target.origin_form_len(path_and_query) + VERSION.len();
+    for (name, value) in headers {
+        size += name.as_str().len() + 2 + value.len() + 2;
+    }
+    size += 2;
+    let mut line = String::with_capacity(size);
+    line.push_str(method.as_str());
+    line.push(' ');
+    let target_start = line.len();
+    target.push_origin_form(&mut line, path_and_query);
+    let written = &line.as_bytes()[target_start..];
+    if written.is_empty()
+        || !written
             .iter()
             .all(|&b| (0x21..0x7f).contains(&b) && b != b'#')
     {
         return None;
     }
-    let mut size = method.as_str().len() + target.len() + 13;
-    for (name, value) in headers {
-        size += name.as_str().len() + value.len() + 4;
-    }
-    let mut head = Vec::with_capacity(size);
-    head.extend_from_slice(method.as_str().as_bytes());
-    head.push(b' ');
-    head.extend_from_slice(bytes);
-    head.extend_from_slice(b" HTTP/1.1\r\n");
+    line.push_str(VERSION);
+    let mut head = line.into_bytes();
     for (name, value) in headers {
         head.extend_from_slice(name.as_str().as_bytes());
         head.extend_from_slice(b": ");
@@ -866,22 +881,38 @@ mod tests {
         }
     }
 
+    fn target(upstream: &str) -> Target {
+        Target::new(&upstream.parse().unwrap()).unwrap()
+    }
+
     #[test]
     fn request_target_must_be_visible_ascii() {
         let headers = HeaderMap::new();
-        assert!(request_head(&Method::GET, "/a?b=c", &headers).is_some());
-        for bad in [
-            "",
-            "/a b",
-            "/a\r\nx: y",
-            "/a#frag",
-            "/caf\u{e9}",
-            "/a\u{7f}",
-        ] {
+        let plain = target("http://origin");
+        let head = request_head(&Method::GET, &plain, "/a?b=c", &headers).unwrap();
+        assert_eq!(head, b"GET /a?b=c HTTP/1.1\r\n\r\n");
+        for bad in ["/a b", "/a\r\nx: y", "/a#frag", "/caf\u{e9}", "/a\u{7f}"] {
             assert!(
-                request_head(&Method::GET, bad, &headers).is_none(),
+                request_head(&Method::GET, &plain, bad, &headers).is_none(),
                 "{bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn request_head_is_one_exact_allocation() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("example.test"));
+        headers.insert("x-forwarded-for", HeaderValue::from_static("192.0.2.1"));
+        for (upstream, path) in [
+            ("http://origin", "/"),
+            ("http://origin/base?k=v", "/p/q?x=1"),
+            ("http://origin/base/", "/p"),
+        ] {
+            let head = request_head(&Method::OPTIONS, &target(upstream), path, &headers).unwrap();
+            // Never regrown: the estimate only over-counts the joining `/`, `?` and `&`.
+            let spare = head.capacity() - head.len();
+            assert!(spare <= 4, "{upstream} {path}: {spare} bytes spare");
         }
     }
 
@@ -893,7 +924,13 @@ mod tests {
         headers.insert(header::HOST, HeaderValue::from_static("example.test"));
         headers.append("x-a", HeaderValue::from_static("1"));
         headers.append("x-a", HeaderValue::from_static("2"));
-        let head = request_head(&Method::DELETE, "/p?q=1", &headers).unwrap();
+        let head = request_head(
+            &Method::DELETE,
+            &target("http://origin"),
+            "/p?q=1",
+            &headers,
+        )
+        .unwrap();
         let answer = pool.send(&Method::DELETE, &head).await.unwrap();
         assert_eq!(answer.head.status, StatusCode::NO_CONTENT);
         assert_eq!(

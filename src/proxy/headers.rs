@@ -198,15 +198,7 @@ pub(super) fn rewrite_request(incoming: HeaderMap, facts: RequestFacts<'_>) -> H
         out.insert(X_FORWARDED_HOST, host);
     }
 
-    if let Some(peer) = facts.peer {
-        if !chain.is_empty() {
-            chain.extend_from_slice(b", ");
-        }
-        push_ip(&mut chain, peer);
-    }
-    if !chain.is_empty()
-        && let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(chain))
-    {
+    if let Some(value) = forwarded_for(chain, facts.peer) {
         out.insert(X_FORWARDED_FOR, value);
     }
 
@@ -230,24 +222,50 @@ pub(super) fn rewrite_request(incoming: HeaderMap, facts: RequestFacts<'_>) -> H
     out
 }
 
-/// Appends an address as `Display` writes it; IPv4, by far the most common, without the
-/// formatting machinery (this runs for every proxied request).
-fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
+/// The `X-Forwarded-For` value: the trusted chain so far, then the peer. Built in one
+/// allocation of exactly its length, which `Bytes` then takes over without another.
+fn forwarded_for(chain: Vec<u8>, peer: Option<IpAddr>) -> Option<HeaderValue> {
+    let mut peer_text = [0u8; IP_TEXT_MAX];
+    let peer_len = peer.map_or(0, |peer| write_ip(&mut peer_text, peer));
+    let separator: &[u8] = if chain.is_empty() || peer_len == 0 {
+        b""
+    } else {
+        b", "
+    };
+    let total = chain.len() + separator.len() + peer_len;
+    if total == 0 {
+        return None;
+    }
+    let mut value = Vec::with_capacity(total);
+    value.extend_from_slice(&chain);
+    value.extend_from_slice(separator);
+    value.extend_from_slice(&peer_text[..peer_len]);
+    HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
+}
+
+/// Longest text of an IP address (IPv6 with an embedded IPv4 address).
+const IP_TEXT_MAX: usize = 45;
+
+/// Writes an address as `Display` does and returns its length; IPv4, by far the most common,
+/// without the formatting machinery (this runs for every proxied request).
+fn write_ip(out: &mut [u8; IP_TEXT_MAX], ip: IpAddr) -> usize {
+    let mut cursor = std::io::Cursor::new(&mut out[..]);
     match ip {
         IpAddr::V4(v4) => {
             let mut digits = itoa::Buffer::new();
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push(b'.');
+                    let _ = cursor.write_all(b".");
                 }
-                out.extend_from_slice(digits.format(octet).as_bytes());
+                let _ = cursor.write_all(digits.format(octet).as_bytes());
             }
         }
-        // Writing into a Vec cannot fail.
+        // Every address fits in IP_TEXT_MAX bytes, so the writes cannot fail.
         IpAddr::V6(v6) => {
-            let _ = write!(out, "{v6}");
+            let _ = write!(cursor, "{v6}");
         }
     }
+    usize::try_from(cursor.position()).unwrap_or(0)
 }
 
 /// A trusted `X-Forwarded-Proto` value, if it names a plain web scheme. Anything else (other
@@ -714,11 +732,31 @@ mod tests {
         #[test]
         fn forwarded_addresses_are_written_as_display_writes_them(bits: u32, wide: u128) {
             for ip in [IpAddr::from(bits.to_be_bytes()), IpAddr::from(wide.to_be_bytes())] {
-                let mut out = b"x".to_vec();
-                push_ip(&mut out, ip);
-                proptest::prop_assert_eq!(out, format!("x{ip}").into_bytes());
+                let mut text = [0u8; IP_TEXT_MAX];
+                let len = write_ip(&mut text, ip);
+                let shown = ip.to_string();
+                proptest::prop_assert_eq!(&text[..len], shown.as_bytes());
+                let value = forwarded_for(b"203.0.113.9".to_vec(), Some(ip)).unwrap();
+                let expected = format!("203.0.113.9, {ip}");
+                proptest::prop_assert_eq!(value.as_bytes(), expected.as_bytes());
             }
         }
+    }
+
+    #[test]
+    fn longest_address_texts_fit() {
+        for text in [
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "::ffff:255.255.255.255",
+            "255.255.255.255",
+        ] {
+            let ip: IpAddr = text.parse().unwrap();
+            let mut out = [0u8; IP_TEXT_MAX];
+            let len = write_ip(&mut out, ip);
+            assert_eq!(&out[..len], ip.to_string().as_bytes());
+        }
+        assert_eq!(forwarded_for(Vec::new(), None), None);
+        assert_eq!(forwarded_for(b"a".to_vec(), None).unwrap(), "a");
     }
 
     #[test]

@@ -219,12 +219,16 @@ impl Proxy {
     /// `hold` stays alive until the response body has been delivered or the client has gone,
     /// and for an upgraded connection until the tunnel closes. Failures reaching the origin
     /// (including the response-header timeout) are logged and answered with a 502.
-    pub async fn forward(
+    pub async fn forward<B>(
         &self,
-        mut req: Request<Body>,
+        mut req: Request<B>,
         ctx: ForwardContext<'_>,
         hold: Option<SlotHold>,
-    ) -> Response<Body> {
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
         let upgrade = headers::requested_upgrade(req.headers());
         let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
@@ -235,7 +239,9 @@ impl Proxy {
             return self.forward_direct(pool, parts, &ctx, hold).await;
         }
         // Boxed: this path's future is several times the direct one's, and every request's
-        // future would otherwise carry (and move) room for it.
+        // future would otherwise carry (and move) room for it. Only this path needs the body,
+        // so only it pays for boxing it.
+        let body = Body::new(body);
         Box::pin(self.forward_general(parts, body, upgrade, client_upgrade, ctx, hold)).await
     }
 
@@ -371,8 +377,8 @@ impl Proxy {
         };
         let method = parts.method;
         let headers = headers::rewrite_request(parts.headers, facts);
-        let target = self.target.origin_form(ctx.path_and_query);
-        let Some(head) = direct::request_head(&method, &target, &headers) else {
+        let Some(head) = direct::request_head(&method, &self.target, ctx.path_and_query, &headers)
+        else {
             tracing::debug!("proxy: request path does not make a valid request target");
             return plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
         };

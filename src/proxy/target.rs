@@ -78,11 +78,14 @@ impl Target {
         Uri::try_from(uri)
     }
 
-    /// The origin-form target (`/path?query`) as text, unchecked: the caller validates it.
-    pub(super) fn origin_form(&self, path_and_query: &str) -> String {
-        let mut target = self.uri_buffer(path_and_query, 0);
-        self.push_path_and_query(&mut target, path_and_query);
-        target
+    /// Appends the origin-form target (`/path?query`), unchecked: the caller validates it.
+    pub(super) fn push_origin_form(&self, out: &mut String, path_and_query: &str) {
+        self.push_path_and_query(out, path_and_query);
+    }
+
+    /// An upper bound on the length [`Target::push_origin_form`] appends.
+    pub(super) fn origin_form_len(&self, path_and_query: &str) -> usize {
+        self.base_path.len() + path_and_query.len() + self.base_query.len() + 3
     }
 
     fn uri_buffer(&self, path_and_query: &str, prefix: usize) -> String {
