@@ -24,6 +24,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::SlotHold;
+use super::headers::HeaderSink;
 use super::pool::{PoolError, PoolLimits, connect_tcp};
 use super::target::Target;
 
@@ -414,45 +415,58 @@ fn parse_chunk_size(line: &[u8]) -> Option<u64> {
     })
 }
 
-/// Writes the head of a bodiless request: request line, the (already rewritten) headers, and
-/// the blank line, in one allocation. The origin-form target is refused unless it is visible
-/// ASCII, since anything else would end or split the request line.
-pub(super) fn request_head(
-    method: &Method,
-    target: &Target,
-    path_and_query: &str,
-    headers: &HeaderMap,
-) -> Option<Vec<u8>> {
-    const VERSION: &str = " HTTP/1.1\r\n";
-    let mut size =
-        method.as_str().len() + 1 + target.origin_form_len(path_and_query) + VERSION.len();
-    for (name, value) in headers {
-        size += name.as_str().len() + 2 + value.len() + 2;
+/// The head of a bodiless request, written straight into the bytes sent to the origin: the
+/// request line when started, then each header as the rewrite passes it, then the blank line.
+pub(super) struct RequestHead {
+    bytes: Vec<u8>,
+}
+
+impl RequestHead {
+    /// Writes the request line. The origin-form target is refused unless it is visible ASCII,
+    /// since anything else would end or split the request line. `header_bytes` sizes the
+    /// buffer for the headers to come.
+    pub(super) fn start(
+        method: &Method,
+        target: &Target,
+        path_and_query: &str,
+        header_bytes: usize,
+    ) -> Option<RequestHead> {
+        const VERSION: &str = " HTTP/1.1\r\n";
+        let line_bytes =
+            method.as_str().len() + 1 + target.origin_form_len(path_and_query) + VERSION.len();
+        let mut line = String::with_capacity(line_bytes + header_bytes + 2);
+        line.push_str(method.as_str());
+        line.push(' ');
+        let target_start = line.len();
+        target.push_origin_form(&mut line, path_and_query);
+        let written = &line.as_bytes()[target_start..];
+        if written.is_empty()
+            || !written
+                .iter()
+                .all(|&b| (0x21..0x7f).contains(&b) && b != b'#')
+        {
+            return None;
+        }
+        line.push_str(VERSION);
+        Some(RequestHead {
+            bytes: line.into_bytes(),
+        })
     }
-    size += 2;
-    let mut line = String::with_capacity(size);
-    line.push_str(method.as_str());
-    line.push(' ');
-    let target_start = line.len();
-    target.push_origin_form(&mut line, path_and_query);
-    let written = &line.as_bytes()[target_start..];
-    if written.is_empty()
-        || !written
-            .iter()
-            .all(|&b| (0x21..0x7f).contains(&b) && b != b'#')
-    {
-        return None;
+
+    /// Ends the head with its blank line.
+    pub(super) fn finish(mut self) -> Vec<u8> {
+        self.bytes.extend_from_slice(b"\r\n");
+        self.bytes
     }
-    line.push_str(VERSION);
-    let mut head = line.into_bytes();
-    for (name, value) in headers {
-        head.extend_from_slice(name.as_str().as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
-        head.extend_from_slice(b"\r\n");
+}
+
+impl HeaderSink for RequestHead {
+    fn put(&mut self, name: &HeaderName, value: HeaderValue) {
+        self.bytes.extend_from_slice(name.as_str().as_bytes());
+        self.bytes.extend_from_slice(b": ");
+        self.bytes.extend_from_slice(value.as_bytes());
+        self.bytes.extend_from_slice(b"\r\n");
     }
-    head.extend_from_slice(b"\r\n");
-    Some(head)
 }
 
 /// The origin's response body, read from its connection by whoever polls it, frame by frame
@@ -885,6 +899,24 @@ mod tests {
         Target::new(&upstream.parse().unwrap()).unwrap()
     }
 
+    /// The head for `headers` taken as they are.
+    fn request_head(
+        method: &Method,
+        target: &Target,
+        path_and_query: &str,
+        headers: &HeaderMap,
+    ) -> Option<Vec<u8>> {
+        let header_bytes = headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum();
+        let mut head = RequestHead::start(method, target, path_and_query, header_bytes)?;
+        for (name, value) in headers {
+            head.put(name, value.clone());
+        }
+        Some(head.finish())
+    }
+
     #[test]
     fn request_target_must_be_visible_ascii() {
         let headers = HeaderMap::new();
@@ -913,6 +945,59 @@ mod tests {
             // Never regrown: the estimate only over-counts the joining `/`, `?` and `&`.
             let spare = head.capacity() - head.len();
             assert!(spare <= 4, "{upstream} {path}: {spare} bytes spare");
+        }
+    }
+
+    #[test]
+    fn written_head_carries_exactly_the_rewritten_map() {
+        use super::super::headers::{RequestFacts, rewrite_request, rewrite_request_into};
+        let upstream = HeaderValue::from_static("origin:8080");
+        let cases: [&[(&str, &str)]; 4] = [
+            &[("host", "shop.test"), ("accept", "*/*")],
+            &[
+                ("host", "shop.test"),
+                ("cookie", "a=1; concert_admit=x"),
+                ("cookie", "b=2"),
+                ("x-forwarded-for", "198.51.100.7"),
+                ("x-forwarded-proto", "https"),
+                ("connection", "keep-alive, x-secret"),
+                ("x-secret", "1"),
+                ("te", "trailers"),
+                ("accept", "text/html"),
+                ("accept", "application/json"),
+            ],
+            &[("user-agent", "probe"), ("forwarded", "for=1.2.3.4")],
+            &[],
+        ];
+        for (index, pairs) in cases.iter().enumerate() {
+            for trusted in [false, true] {
+                let mut incoming = HeaderMap::new();
+                for (name, value) in pairs.iter() {
+                    incoming.append(
+                        HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                        HeaderValue::from_str(value).unwrap(),
+                    );
+                }
+                let facts = || RequestFacts {
+                    peer: Some("192.0.2.10".parse().unwrap()),
+                    peer_trusted: trusted,
+                    via_tls: false,
+                    upstream_host: &upstream,
+                    preserve_host: index % 2 == 0,
+                    uri_authority: None,
+                    upgrade: None,
+                };
+                let plain = target("http://origin:8080");
+                let mapped = rewrite_request(incoming.clone(), facts());
+                let expected = request_head(&Method::GET, &plain, "/x", &mapped).unwrap();
+                let mut written = RequestHead::start(&Method::GET, &plain, "/x", 0).unwrap();
+                rewrite_request_into(incoming, facts(), &mut written);
+                assert_eq!(
+                    String::from_utf8_lossy(&written.finish()),
+                    String::from_utf8_lossy(&expected),
+                    "case {index}, trusted {trusted}"
+                );
+            }
         }
     }
 

@@ -137,10 +137,34 @@ pub(super) struct RequestFacts<'a> {
     pub upgrade: Option<HeaderValue>,
 }
 
+/// Where rewritten request headers go: a header map for the pooled clients, or straight into
+/// the bytes of a request head for the direct exchange.
+pub(super) trait HeaderSink {
+    fn put(&mut self, name: &HeaderName, value: HeaderValue);
+}
+
+impl HeaderSink for HeaderMap {
+    fn put(&mut self, name: &HeaderName, value: HeaderValue) {
+        self.append(name, value);
+    }
+}
+
 /// Builds the header map the origin receives from the client's headers.
 pub(super) fn rewrite_request(incoming: HeaderMap, facts: RequestFacts<'_>) -> HeaderMap {
-    let connection = ConnectionList::of(&incoming);
     let mut out = HeaderMap::with_capacity(incoming.len() + 6);
+    rewrite_request_into(incoming, facts, &mut out);
+    out
+}
+
+/// Passes the headers the origin receives, in order, to `out`: the client's headers that may
+/// travel, then the ones the proxy owns. Each name is passed at most once per value and the
+/// proxy's own names never repeat a client's.
+pub(super) fn rewrite_request_into(
+    incoming: HeaderMap,
+    facts: RequestFacts<'_>,
+    out: &mut impl HeaderSink,
+) {
+    let connection = ConnectionList::of(&incoming);
     let mut cookies = CookieMerge::default();
     let mut host_header: Option<HeaderValue> = None;
     let mut chain: Vec<u8> = Vec::new();
@@ -159,7 +183,7 @@ pub(super) fn rewrite_request(incoming: HeaderMap, facts: RequestFacts<'_>) -> H
         match classify(name) {
             Disposition::Keep => {
                 if !connection.lists(name.as_str()) {
-                    out.append(name, value);
+                    out.put(name, value);
                 }
             }
             Disposition::Drop => {}
@@ -193,13 +217,13 @@ pub(super) fn rewrite_request(incoming: HeaderMap, facts: RequestFacts<'_>) -> H
         (Some(host), true) => host.clone(),
         _ => facts.upstream_host.clone(),
     };
-    out.insert(header::HOST, sent_host);
+    out.put(&header::HOST, sent_host);
     if let Some(host) = client_host {
-        out.insert(X_FORWARDED_HOST, host);
+        out.put(&X_FORWARDED_HOST, host);
     }
 
     if let Some(value) = forwarded_for(chain, facts.peer) {
-        out.insert(X_FORWARDED_FOR, value);
+        out.put(&X_FORWARDED_FOR, value);
     }
 
     let proto = match trusted_proto {
@@ -207,19 +231,18 @@ pub(super) fn rewrite_request(incoming: HeaderMap, facts: RequestFacts<'_>) -> H
         _ if facts.via_tls => "https",
         _ => "http",
     };
-    out.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    out.put(&X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 
     if te_trailers {
-        out.insert(header::TE, HeaderValue::from_static(TRAILERS_TOKEN));
+        out.put(&header::TE, HeaderValue::from_static(TRAILERS_TOKEN));
     }
     if let Some(cookie) = cookies.finish() {
-        out.insert(header::COOKIE, cookie);
+        out.put(&header::COOKIE, cookie);
     }
     if let Some(protocol) = facts.upgrade {
-        out.insert(header::CONNECTION, HeaderValue::from_static(UPGRADE_TOKEN));
-        out.insert(header::UPGRADE, protocol);
+        out.put(&header::CONNECTION, HeaderValue::from_static(UPGRADE_TOKEN));
+        out.put(&header::UPGRADE, protocol);
     }
-    out
 }
 
 /// The `X-Forwarded-For` value: the trusted chain so far, then the peer. Built in one

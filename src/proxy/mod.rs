@@ -37,7 +37,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use self::body::HeldBody;
-use self::direct::{DirectBody, DirectError, DirectPool};
+use self::direct::{DirectBody, DirectError, DirectPool, RequestHead};
 use self::headers::RequestFacts;
 use self::pool::{Http1Pool, Lease, PoolError, PoolLimits};
 use self::target::Target;
@@ -59,6 +59,10 @@ const PLAIN_HTTP_POOL: PoolLimits = PoolLimits {
     connect_timeout: CONNECT_TIMEOUT,
     tcp_keepalive: TCP_KEEPALIVE,
 };
+
+/// Bytes reserved in a request head for the headers the proxy adds (`Host`,
+/// `X-Forwarded-For`, `-Host` and `-Proto`); more only costs a regrowth.
+const ADDED_HEADER_BYTES: usize = 160;
 
 const BAD_GATEWAY_BODY: &str = "upstream unavailable\n";
 const BAD_REQUEST_BODY: &str = "bad request\n";
@@ -376,12 +380,21 @@ impl Proxy {
             upgrade: None,
         };
         let method = parts.method;
-        let headers = headers::rewrite_request(parts.headers, facts);
-        let Some(head) = direct::request_head(&method, &self.target, ctx.path_and_query, &headers)
+        // The client's headers plus room for the few the proxy adds (Host, X-Forwarded-*).
+        let header_bytes = parts
+            .headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum::<usize>()
+            + ADDED_HEADER_BYTES;
+        let Some(mut head) =
+            RequestHead::start(&method, &self.target, ctx.path_and_query, header_bytes)
         else {
             tracing::debug!("proxy: request path does not make a valid request target");
             return plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
         };
+        headers::rewrite_request_into(parts.headers, facts, &mut head);
+        let head = head.finish();
         // Each arm builds its own future: one shared `send` future moved into the timeout
         // would make the state machine carry room for both.
         let answered = match self.header_timeout {
