@@ -77,8 +77,9 @@ impl RequestInfo {
 
 /// The pipeline. Never panics on input; every refusal is a [`Rejection`].
 pub async fn handle(app: Arc<App>, conn: ConnInfo, req: Request<Incoming>) -> Response<Body> {
-    let started = Instant::now();
     let generation = app.generation();
+    // Only the access log reads the clock for a request's latency.
+    let started = generation.config.access_log.then(Instant::now);
     let method = req.method().clone();
 
     let info = match inspect(&generation, conn, &req) {
@@ -104,7 +105,9 @@ pub async fn handle(app: Arc<App>, conn: ConnInfo, req: Request<Incoming>) -> Re
         Stage::Stream => stream(&app, &generation, &info, req).await,
         Stage::Gated => gated(&app, &generation, &info, req).await,
     };
-    if generation.config.access_log && logs_access(stage, info.path()) {
+    if let Some(started) = started
+        && logs_access(stage, info.path())
+    {
         log_access(&info, &method, response.status(), started);
     }
     response
