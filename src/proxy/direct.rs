@@ -18,13 +18,12 @@ use bytes::{Buf as _, Bytes, BytesMut};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Version};
 use hyper::body::{Frame, SizeHint};
-use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 
 use super::SlotHold;
 use super::headers::HeaderSink;
+use super::idle::IdleList;
 use super::pool::{PoolError, PoolLimits, connect_tcp};
 use super::target::Target;
 
@@ -114,16 +113,11 @@ impl OriginConn {
     }
 }
 
-/// Idle connections to one origin, newest at the back.
+/// Keep-alive connections to one origin for bodiless requests.
 pub(super) struct DirectPool {
     addr: Arc<str>,
     limits: PoolLimits,
-    idle: Mutex<Vec<IdleConn>>,
-}
-
-struct IdleConn {
-    conn: OriginConn,
-    since: Instant,
+    idle: IdleList<OriginConn>,
 }
 
 /// The origin's answer: its head, how its body is framed, and the connection carrying it.
@@ -162,7 +156,7 @@ impl DirectPool {
         DirectPool {
             addr: Arc::from(addr),
             limits,
-            idle: Mutex::new(Vec::new()),
+            idle: IdleList::new(limits.max_idle, limits.idle_timeout),
         }
     }
 
@@ -186,52 +180,28 @@ impl DirectPool {
 
     fn checkout(&self) -> Option<OriginConn> {
         loop {
-            let popped = self.idle.lock().pop()?;
-            if popped.since.elapsed() >= self.limits.idle_timeout {
-                // The newest has expired, so every older one has too.
-                let expired = std::mem::take(&mut *self.idle.lock());
-                drop(expired);
-                return None;
-            }
-            if popped.conn.is_usable() {
-                return Some(popped.conn);
+            let conn = self.idle.pop_newest()?;
+            if conn.is_usable() {
+                return Some(conn);
             }
         }
     }
 
     /// Takes a connection back after a complete exchange; beyond the idle cap it is closed.
     fn put_back(&self, conn: OriginConn) {
-        let now = Instant::now();
-        let mut idle = self.idle.lock();
-        // Checkout takes the newest, so stale connections would sit at the bottom: retire the
-        // oldest here when it has expired, one per return.
-        let expired = match idle.first() {
-            Some(oldest) if now.duration_since(oldest.since) >= self.limits.idle_timeout => {
-                Some(idle.remove(0))
-            }
-            _ => None,
-        };
-        if idle.len() < self.limits.max_idle {
-            idle.push(IdleConn { conn, since: now });
-        }
-        drop(idle);
-        drop(expired);
+        self.idle.push(conn);
     }
 
     /// Idle connections currently held.
     #[cfg(test)]
     pub(super) fn idle_count(&self) -> usize {
-        self.idle.lock().len()
+        self.idle.len()
     }
 
     /// Idle connections the origin has not been seen closing.
     #[cfg(test)]
     pub(super) fn idle_open_count(&self) -> usize {
-        self.idle
-            .lock()
-            .iter()
-            .filter(|idle| idle.conn.is_usable())
-            .count()
+        self.idle.count(OriginConn::is_usable)
     }
 }
 
@@ -706,6 +676,7 @@ mod tests {
     use std::time::Duration;
 
     use http_body_util::BodyExt as _;
+    use parking_lot::Mutex;
     use tokio::io::AsyncWriteExt as _;
     use tokio::net::TcpListener;
 

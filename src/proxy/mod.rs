@@ -13,6 +13,7 @@
 mod body;
 mod direct;
 mod headers;
+mod idle;
 mod pool;
 mod target;
 
@@ -276,15 +277,7 @@ impl Proxy {
             }
         };
         let requested_protocol = upgrade.clone();
-        let facts = RequestFacts {
-            peer: ctx.peer,
-            peer_trusted: ctx.peer_trusted,
-            via_tls: ctx.via_tls,
-            upstream_host: &self.target.host,
-            preserve_host: self.preserve_host,
-            uri_authority: parts.uri.authority().map(|authority| authority.as_str()),
-            upgrade,
-        };
+        let facts = self.request_facts(&ctx, &parts.uri, upgrade);
         let headers = headers::rewrite_request(parts.headers, facts);
 
         let method = parts.method;
@@ -313,24 +306,9 @@ impl Proxy {
                     .map_err(UpstreamFailure::from),
             }
         };
-        let answered = match self.header_timeout {
-            Some(limit) => match tokio::time::timeout(limit, sent).await {
-                Ok(answered) => answered,
-                Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
-            },
-            None => sent.await,
-        };
-        let (mut response, lease) = match answered {
+        let (mut response, lease) = match self.within_header_timeout(sent).await {
             Ok(answered) => answered,
-            Err(failure) => {
-                tracing::warn!(
-                    method = %method,
-                    path = ctx.path_and_query.split('?').next().unwrap_or_default(),
-                    error = %failure,
-                    "proxy: upstream request failed"
-                );
-                return bad_gateway();
-            }
+            Err(failure) => return upstream_failed(&method, &ctx, &failure),
         };
 
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -362,6 +340,37 @@ impl Proxy {
         Response::from_parts(parts, Body::new(HeldBody::new(incoming, hold, lease)))
     }
 
+    /// What the header rewrite needs to know beyond the headers themselves.
+    fn request_facts<'a>(
+        &'a self,
+        ctx: &ForwardContext<'_>,
+        uri: &'a Uri,
+        upgrade: Option<HeaderValue>,
+    ) -> RequestFacts<'a> {
+        RequestFacts {
+            peer: ctx.peer,
+            peer_trusted: ctx.peer_trusted,
+            via_tls: ctx.via_tls,
+            upstream_host: &self.target.host,
+            preserve_host: self.preserve_host,
+            uri_authority: uri.authority().map(|authority| authority.as_str()),
+            upgrade,
+        }
+    }
+
+    /// Waits for the origin's response head, for at most `-upstream-timeout` when it is set.
+    async fn within_header_timeout<T>(
+        &self,
+        answer: impl Future<Output = Result<T, UpstreamFailure>>,
+    ) -> Result<T, UpstreamFailure> {
+        match self.header_timeout {
+            Some(limit) => tokio::time::timeout(limit, answer)
+                .await
+                .unwrap_or(Err(UpstreamFailure::HeaderTimeout(limit))),
+            None => answer.await,
+        }
+    }
+
     /// [`Proxy::forward`] for a bodiless request to a plain-HTTP origin.
     async fn forward_direct(
         &self,
@@ -370,15 +379,7 @@ impl Proxy {
         ctx: &ForwardContext<'_>,
         hold: Option<SlotHold>,
     ) -> Response<Body> {
-        let facts = RequestFacts {
-            peer: ctx.peer,
-            peer_trusted: ctx.peer_trusted,
-            via_tls: ctx.via_tls,
-            upstream_host: &self.target.host,
-            preserve_host: self.preserve_host,
-            uri_authority: parts.uri.authority().map(|authority| authority.as_str()),
-            upgrade: None,
-        };
+        let facts = self.request_facts(ctx, &parts.uri, None);
         let method = parts.method;
         // The client's headers plus room for the few the proxy adds (Host, X-Forwarded-*).
         let header_bytes = parts
@@ -395,29 +396,14 @@ impl Proxy {
         };
         headers::rewrite_request_into(parts.headers, facts, &mut head);
         let head = head.finish();
-        // Each arm builds its own future: one shared `send` future moved into the timeout
-        // would make the state machine carry room for both.
-        let answered = match self.header_timeout {
-            Some(limit) => match tokio::time::timeout(limit, pool.send(&method, &head)).await {
-                Ok(answered) => answered.map_err(UpstreamFailure::from),
-                Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
-            },
-            None => pool
-                .send(&method, &head)
+        let sent = async {
+            pool.send(&method, &head)
                 .await
-                .map_err(UpstreamFailure::from),
+                .map_err(UpstreamFailure::from)
         };
-        let mut answer = match answered {
+        let mut answer = match self.within_header_timeout(sent).await {
             Ok(answer) => answer,
-            Err(failure) => {
-                tracing::warn!(
-                    method = %method,
-                    path = ctx.path_and_query.split('?').next().unwrap_or_default(),
-                    error = %failure,
-                    "proxy: upstream request failed"
-                );
-                return bad_gateway();
-            }
+            Err(failure) => return upstream_failed(&method, ctx, &failure),
         };
         let origin_closes = headers::strip_response(&mut answer.head.headers, false);
         let reusable = !origin_closes && answer.head.version == Version::HTTP_11;
@@ -454,6 +440,21 @@ impl std::fmt::Display for ErrorChain<'_> {
         }
         Ok(())
     }
+}
+
+/// Logs why the origin gave no answer and answers the client 502.
+fn upstream_failed(
+    method: &http::Method,
+    ctx: &ForwardContext<'_>,
+    failure: &UpstreamFailure,
+) -> Response<Body> {
+    tracing::warn!(
+        method = %method,
+        path = ctx.path_and_query.split('?').next().unwrap_or_default(),
+        error = %failure,
+        "proxy: upstream request failed"
+    );
+    bad_gateway()
 }
 
 fn plain_response(status: StatusCode, text: &'static str) -> Response<Body> {

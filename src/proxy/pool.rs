@@ -9,18 +9,16 @@
 //! take a connection and one to return it. Idle connections are reused newest first, which
 //! keeps the busy set small and lets the oldest ones age out.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::idle::IdleList;
 use axum::body::Body;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use parking_lot::Mutex;
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 
 /// Sends requests on one origin connection.
 pub(super) type Sender = http1::SendRequest<Body>;
@@ -53,17 +51,12 @@ pub(super) struct PoolLimits {
     pub tcp_keepalive: Duration,
 }
 
-/// Idle HTTP/1.1 connections to one origin, newest at the back.
+/// Idle HTTP/1.1 connections to one origin.
 pub(super) struct Http1Pool {
     /// `host:port` to connect to.
     addr: Arc<str>,
     limits: PoolLimits,
-    idle: Mutex<VecDeque<IdleConnection>>,
-}
-
-struct IdleConnection {
-    sender: Sender,
-    since: Instant,
+    idle: IdleList<Sender>,
 }
 
 /// A connection lent out for one exchange. [`Lease::give_back`] returns it once the response
@@ -91,7 +84,7 @@ impl Http1Pool {
         Http1Pool {
             addr: Arc::from(addr),
             limits,
-            idle: Mutex::new(VecDeque::new()),
+            idle: IdleList::new(limits.max_idle, limits.idle_timeout),
         }
     }
 
@@ -130,14 +123,7 @@ impl Http1Pool {
     /// The newest idle connection that can take a request now, if any.
     async fn checkout(&self) -> Option<Sender> {
         loop {
-            let popped = self.idle.lock().pop_back()?;
-            if popped.since.elapsed() >= self.limits.idle_timeout {
-                // The newest has expired, so every older one has too.
-                let expired = std::mem::take(&mut *self.idle.lock());
-                drop(expired);
-                return None;
-            }
-            let sender = popped.sender;
+            let sender = self.idle.pop_newest()?;
             if sender.is_ready() {
                 return Some(sender);
             }
@@ -157,31 +143,15 @@ impl Http1Pool {
     /// Takes a connection back after its exchange; closed ones and those beyond the idle cap
     /// are dropped, which closes them.
     fn put_back(&self, sender: Sender) {
-        if sender.is_closed() {
-            return;
+        if !sender.is_closed() {
+            self.idle.push(sender);
         }
-        let now = Instant::now();
-        let mut idle = self.idle.lock();
-        // Expiry is otherwise only noticed at checkout, which always takes the newest; retire
-        // the oldest here, one per return, so stale connections do not sit at the bottom.
-        let expired = match idle.front() {
-            Some(oldest) if now.duration_since(oldest.since) >= self.limits.idle_timeout => {
-                idle.pop_front()
-            }
-            _ => None,
-        };
-        let kept = idle.len() < self.limits.max_idle;
-        if kept {
-            idle.push_back(IdleConnection { sender, since: now });
-        }
-        drop(idle);
-        drop(expired);
     }
 
     /// Idle connections currently held.
     #[cfg(test)]
     pub(super) fn idle_count(&self) -> usize {
-        self.idle.lock().len()
+        self.idle.len()
     }
 
     async fn connect(&self) -> Result<Sender, PoolError> {
