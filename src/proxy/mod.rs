@@ -114,6 +114,14 @@ pub type SlotHold = Box<dyn std::any::Any + Send + Sync>;
 #[derive(Debug, Clone)]
 pub struct OriginPriority(pub HeaderValue);
 
+/// What every origin response head gets before it goes to the client: the proxy's own HTTP
+/// version (RFC 9110 §6.2; an HTTP/1.0 origin must not make the client's connection HTTP/1.0),
+/// and the origin's `Concert-Priority` moved out of sight.
+fn as_own_response(parts: &mut http::response::Parts) {
+    parts.version = Version::HTTP_11;
+    take_origin_priority(parts);
+}
+
 fn take_origin_priority(parts: &mut http::response::Parts) {
     let last = parts
         .headers
@@ -328,7 +336,7 @@ impl Proxy {
             headers::strip_response(response.headers_mut(), true);
             tokio::spawn(body::tunnel(client_side, origin_side, hold));
             let (mut parts, _) = response.into_parts();
-            take_origin_priority(&mut parts);
+            as_own_response(&mut parts);
             return Response::from_parts(parts, Body::empty());
         }
 
@@ -336,7 +344,7 @@ impl Proxy {
         let origin_closes = headers::strip_response(&mut parts.headers, false);
         // An origin that says it closes (or speaks HTTP/1.0) does not get the connection reused.
         let lease = lease.filter(|_| !origin_closes && parts.version == Version::HTTP_11);
-        take_origin_priority(&mut parts);
+        as_own_response(&mut parts);
         Response::from_parts(parts, Body::new(HeldBody::new(incoming, hold, lease)))
     }
 
@@ -408,7 +416,7 @@ impl Proxy {
         let origin_closes = headers::strip_response(&mut answer.head.headers, false);
         let reusable = !origin_closes && answer.head.version == Version::HTTP_11;
         let (mut head, body) = DirectBody::new(answer, reusable, pool, hold);
-        take_origin_priority(&mut head);
+        as_own_response(&mut head);
         Response::from_parts(head, Body::new(body))
     }
 }

@@ -968,3 +968,58 @@ async fn idle_origin_connections_never_exceed_the_cap() {
         "the kept connections serve what follows"
     );
 }
+
+#[tokio::test]
+async fn clients_get_http_1_1_and_keep_alive_from_an_http_1_0_origin() {
+    // A legacy origin: HTTP/1.0, one answer per connection.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let origin = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                let mut seen = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => seen.extend_from_slice(&chunk[..read]),
+                    }
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            });
+        }
+    });
+    let front = front(
+        Proxy::new(settings(&format!("http://{addr}"))).unwrap(),
+        false,
+    );
+    let mut conn = connect(front.addr).await;
+    // A GET takes the direct exchange, a POST with a body the pooled client.
+    for (method, body) in [
+        (Method::GET, Bytes::new()),
+        (Method::POST, Bytes::from_static(b"form=1")),
+        (Method::GET, Bytes::new()),
+    ] {
+        let response = tokio::time::timeout(
+            PATIENCE,
+            conn.sender
+                .send_request(request(method.clone(), "/", &[], full(body))),
+        )
+        .await
+        .expect("response in time")
+        .unwrap();
+        assert_eq!(response.version(), Version::HTTP_11, "{method}");
+        assert_eq!(
+            response.into_body().collect().await.unwrap().to_bytes(),
+            "ok"
+        );
+    }
+    assert!(
+        !conn.sender.is_closed(),
+        "the client's connection stays open"
+    );
+    origin.abort();
+}
