@@ -440,8 +440,18 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// configuration, builds the app, restores bans and the line, binds `-listen` (or uses
 /// `listener`), and serves in the background. On stop it saves bans and the line.
 pub async fn start(
+    config: Config,
+    listener: Option<tokio::net::TcpListener>,
+) -> Result<Running, StartError> {
+    start_on_workers(config, listener, 1).await
+}
+
+/// As [`start`], serving on `workers` threads (see [`server::serve_workers`]); the calling
+/// runtime is the first of them and also runs the background tasks.
+pub async fn start_on_workers(
     mut config: Config,
     listener: Option<tokio::net::TcpListener>,
+    workers: usize,
 ) -> Result<Running, StartError> {
     let baseline = config.clone();
     let data_dir = open_data_dir(&mut config)?;
@@ -515,9 +525,14 @@ pub async fn start(
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let serving = app.clone();
     let task = tokio::spawn(async move {
-        let result = server::serve(listener, serving.clone(), async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        })
+        let result = server::serve_workers(
+            listener,
+            serving.clone(),
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            },
+            workers,
+        )
         .await;
         for task in background {
             task.abort();
@@ -599,7 +614,8 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
         demo_origin = Some(origin);
     }
     let demo = config.demo;
-    let mut running = start(config, None).await?;
+    let workers = effective_workers(&config);
+    let mut running = start_on_workers(config, None, workers).await?;
     tracing::info!(addr = %running.addr, "listening");
     let crowd_stop = tokio::sync::watch::channel(false);
     if let Some(origin) = &demo_origin {
@@ -633,6 +649,14 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
         tracing::info!("demo stopped");
     }
     result
+}
+
+/// `-workers`, with 0 (the default, `TOKIO_WORKER_THREADS` unset) meaning one per core.
+pub fn effective_workers(config: &Config) -> usize {
+    match config.workers {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        workers => workers,
+    }
 }
 
 fn browse_addr(addr: SocketAddr) -> String {

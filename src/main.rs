@@ -26,18 +26,10 @@ fn main() -> ExitCode {
         }
     };
     concert::logging::init(config.log_format == config::LogFormat::Json);
-    // One worker needs no work-stealing scheduler: a current-thread runtime skips its
-    // cross-thread queues and wake-ups. 0 leaves the choice to tokio (TOKIO_WORKER_THREADS if
-    // set, else one thread per core).
-    let mut runtime = if config.workers == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-    };
+    // The main thread's runtime is the first serving worker; `run` starts the others, each on
+    // a current-thread runtime of its own (see `server::serve_workers`).
+    let mut runtime = tokio::runtime::Builder::new_current_thread();
     runtime.enable_all();
-    if config.workers > 1 {
-        runtime.worker_threads(config.workers);
-    }
     let runtime = match runtime.build() {
         Ok(runtime) => runtime,
         Err(e) => {

@@ -1,6 +1,7 @@
 //! Listeners and connections: binding Go-style addresses, serving HTTP/1.1 and h2c with the
 //! hardening limits, panic recovery per request, and graceful shutdown.
 
+use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -110,6 +111,87 @@ fn bind_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.bind(&addr.into())?;
     socket.listen(4096)?;
     TcpListener::from_std(socket.into())
+}
+
+thread_local! {
+    /// The serving worker this thread runs: 0 for the main runtime and any thread that is not
+    /// a worker.
+    static WORKER_INDEX: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The serving worker the current thread runs (see [`serve_workers`]); 0 outside workers.
+pub fn worker_index() -> usize {
+    WORKER_INDEX.with(Cell::get)
+}
+
+/// Marks the current thread as serving worker `index`.
+pub(crate) fn become_worker(index: usize) {
+    WORKER_INDEX.set(index);
+}
+
+/// Serves `listener` on `workers` threads until `shutdown` resolves, each worker then draining
+/// its own connections as [`serve`] does.
+///
+/// The calling task's runtime is worker 0; every other worker is a thread with a current-thread
+/// runtime of its own, accepting from the same listening socket. A connection stays on the
+/// worker that accepted it from start to end, so a request never crosses threads and workers
+/// share nothing but the application state: the way nginx's worker processes divide a machine,
+/// without a work-stealing scheduler's hand-offs between cores.
+pub async fn serve_workers(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()>,
+    workers: usize,
+) -> Result<(), ServeError> {
+    if workers <= 1 {
+        return serve(listener, app, shutdown).await;
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut finished = Vec::with_capacity(workers - 1);
+    for index in 1..workers {
+        let socket = socket2::SockRef::from(&listener)
+            .try_clone()
+            .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))?;
+        let app = app.clone();
+        let mut stopped = stopped.clone();
+        let (done, done_rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            // Short: Linux shows at most 15 bytes of a thread name (`top -H`, `ps -L`).
+            .name(format!("concert-w{index}"))
+            .spawn(move || {
+                become_worker(index);
+                let served = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))
+                    .and_then(|runtime| {
+                        runtime.block_on(async move {
+                            let listener = TcpListener::from_std(socket.into())
+                                .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))?;
+                            serve(listener, app, async move {
+                                let _ = stopped.wait_for(|stop| *stop).await;
+                            })
+                            .await
+                        })
+                    });
+                let _ = done.send(served);
+            })
+            .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))?;
+        finished.push(done_rx);
+    }
+    let served = serve(listener, app, async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    })
+    .await;
+    for (index, done) in finished.into_iter().enumerate() {
+        match done.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(worker = index + 1, error = %e, "worker failed"),
+            Err(_) => tracing::error!(worker = index + 1, "worker thread ended abruptly"),
+        }
+    }
+    served
 }
 
 /// Serves `listener` until `shutdown` resolves, then stops accepting and gives in-flight requests

@@ -1,5 +1,9 @@
 //! Idle origin connections kept for reuse: newest first, each for a limited time, at most a
-//! fixed number of them.
+//! fixed number of them per serving worker.
+//!
+//! Each worker (see `server::serve_workers`) keeps its own list: a connection opened by one
+//! worker's runtime is registered with that runtime's reactor, so handing it to another worker
+//! would cost a cross-thread wake-up on every response.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -7,11 +11,14 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+/// Lists kept apart; workers beyond this share them round-robin.
+const SHARDS: usize = 16;
+
 pub(super) struct IdleList<T> {
     max_idle: usize,
     idle_timeout: Duration,
-    /// Oldest at the front.
-    entries: Mutex<VecDeque<(T, Instant)>>,
+    /// One per worker, oldest at the front of each.
+    shards: [Mutex<VecDeque<(T, Instant)>>; SHARDS],
 }
 
 impl<T> IdleList<T> {
@@ -19,19 +26,25 @@ impl<T> IdleList<T> {
         IdleList {
             max_idle,
             idle_timeout,
-            entries: Mutex::new(VecDeque::new()),
+            shards: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
         }
+    }
+
+    /// The current worker's list.
+    fn entries(&self) -> &Mutex<VecDeque<(T, Instant)>> {
+        &self.shards[crate::server::worker_index() % SHARDS]
     }
 
     /// The newest entry, unless it has idled too long: then it and every older one (which
     /// have idled longer still) are dropped. Reusing the newest keeps the busy set small and
     /// lets the rest age out.
     pub(super) fn pop_newest(&self) -> Option<T> {
-        let (entry, since) = self.entries.lock().pop_back()?;
+        let entries = self.entries();
+        let (entry, since) = entries.lock().pop_back()?;
         if since.elapsed() < self.idle_timeout {
             return Some(entry);
         }
-        let expired = std::mem::take(&mut *self.entries.lock());
+        let expired = std::mem::take(&mut *entries.lock());
         // Dropping closes connections: done outside the lock.
         drop(expired);
         drop(entry);
@@ -43,7 +56,7 @@ impl<T> IdleList<T> {
     /// one per return, and stale entries do not sit at the bottom for ever.
     pub(super) fn push(&self, entry: T) {
         let now = Instant::now();
-        let mut entries = self.entries.lock();
+        let mut entries = self.entries().lock();
         let expired = match entries.front() {
             Some((_, since)) if now.duration_since(*since) >= self.idle_timeout => {
                 entries.pop_front()
@@ -61,18 +74,63 @@ impl<T> IdleList<T> {
         drop(refused);
     }
 
+    /// Entries held, all workers together.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.entries.lock().len()
+        self.shards.iter().map(|shard| shard.lock().len()).sum()
     }
 
-    /// How many entries satisfy `test`.
+    /// How many entries satisfy `test`, all workers together.
     #[cfg(test)]
     pub(super) fn count(&self, test: impl Fn(&T) -> bool) -> usize {
-        self.entries
-            .lock()
+        self.shards
             .iter()
-            .filter(|(entry, _)| test(entry))
-            .count()
+            .map(|shard| shard.lock().iter().filter(|(entry, _)| test(entry)).count())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LONG: Duration = Duration::from_secs(90);
+
+    #[test]
+    fn newest_first_and_capped() {
+        let list = IdleList::new(2, LONG);
+        list.push(1);
+        list.push(2);
+        list.push(3);
+        assert_eq!(list.len(), 2, "the third was refused");
+        assert_eq!(list.pop_newest(), Some(2));
+        assert_eq!(list.pop_newest(), Some(1));
+        assert_eq!(list.pop_newest(), None);
+    }
+
+    #[test]
+    fn expired_entries_are_never_handed_out() {
+        let list = IdleList::new(8, Duration::ZERO);
+        list.push("a");
+        list.push("b");
+        assert_eq!(list.pop_newest(), None);
+        assert_eq!(list.len(), 0, "an expired newest clears the older ones too");
+    }
+
+    #[test]
+    fn each_worker_reuses_only_its_own_connections() {
+        let list = std::sync::Arc::new(IdleList::new(8, LONG));
+        list.push("opened by worker 0");
+        let elsewhere = std::sync::Arc::clone(&list);
+        let seen_by_worker_1 = std::thread::spawn(move || {
+            crate::server::become_worker(1);
+            let before = elsewhere.pop_newest();
+            elsewhere.push("opened by worker 1");
+            (before, elsewhere.pop_newest())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen_by_worker_1, (None, Some("opened by worker 1")));
+        assert_eq!(list.pop_newest(), Some("opened by worker 0"));
     }
 }

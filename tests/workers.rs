@@ -1,0 +1,126 @@
+//! Serving on several workers (`-workers N`): each worker a thread (`concert-wN`) with a
+//! runtime of its own, all accepting from one listening socket, all stopping together.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use concert::config::{self, Loaded};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// Names of this process's threads that are serving workers.
+fn worker_threads() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .expect("Linux /proc")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| name.starts_with("concert-w"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// One keep-alive exchange on a raw connection; the status line's code.
+async fn status_of(stream: &mut tokio::net::TcpStream, path: &str) -> u16 {
+    let request = format!("GET {path} HTTP/1.1\r\nhost: shop.test\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let read = stream.read(&mut chunk).await.expect("read");
+        assert!(read > 0, "connection closed mid-answer");
+        received.extend_from_slice(&chunk[..read]);
+        let text = String::from_utf8_lossy(&received);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .expect("a content-length");
+            if body.len() >= length {
+                return head[9..12].parse().expect("a status code");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_serve_one_listener_and_stop_together() {
+    let origin = support::origins::slow_origin(Duration::from_millis(20));
+    let argv: Vec<String> = ["-upstream", &origin.url(), "-cap", "1000", "-data-dir="]
+        .iter()
+        .map(|arg| arg.to_string())
+        .collect();
+    let config = match config::load(&argv, &HashMap::<String, String>::new()) {
+        Ok(Loaded::Run(config)) => *config,
+        other => panic!("config refused: {:?}", other.err()),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let running = concert::start_on_workers(config, Some(listener), 3)
+        .await
+        .expect("started");
+    let addr = running.addr;
+    // The calling runtime is worker 0; two threads are the others.
+    assert!(
+        support::eventually(Duration::from_secs(5), || {
+            worker_threads() == ["concert-w1", "concert-w2"]
+        })
+        .await,
+        "worker threads: {:?}",
+        worker_threads()
+    );
+
+    // Forty keep-alive clients at once, three requests each: whichever worker accepted a
+    // connection serves it to the end.
+    let clients: Vec<_> = (0..40)
+        .map(|client| {
+            tokio::spawn(async move {
+                let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                let mut statuses = Vec::new();
+                for round in 0..3 {
+                    statuses.push(status_of(&mut stream, &format!("/c{client}/r{round}")).await);
+                }
+                statuses
+            })
+        })
+        .collect();
+    for client in clients {
+        let statuses = tokio::time::timeout(Duration::from_secs(20), client)
+            .await
+            .expect("answered in time")
+            .unwrap();
+        assert_eq!(statuses, [200, 200, 200]);
+    }
+    assert_eq!(origin.hits(), 120);
+
+    // A request in flight when the stop comes is still answered, by whichever worker has it.
+    let mut in_flight = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = "GET /last HTTP/1.1\r\nhost: shop.test\r\n\r\n";
+    in_flight.write_all(request.as_bytes()).await.unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(5), || origin.hits() == 121).await,
+        "the last request reached the origin"
+    );
+    let stopping = tokio::spawn(running.shutdown());
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), in_flight.read_to_end(&mut answer))
+        .await
+        .expect("answered during the drain")
+        .unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    stopping.await.unwrap().expect("clean stop");
+
+    assert!(worker_threads().is_empty(), "every worker thread ended");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "nobody accepts on the address any more"
+    );
+}
