@@ -631,8 +631,9 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
         );
     }
     let stopper = running.stopper();
+    let stop_signal = stop_signals();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        stop_signal.await;
         systemd::notify_stopping();
         let _ = stopper.send(true);
     });
@@ -703,25 +704,35 @@ fn handle_reload_requests(app: Arc<App>) {
     }
 }
 
-async fn wait_for_signal() {
+/// Registers SIGTERM and SIGINT now, and returns a future that ends when one arrives. Taking
+/// them over before READY=1 matters: a stop signal that came before the handlers would kill
+/// the process outright, with no drain.
+fn stop_signals() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = terminate.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+        let terminate = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        async move {
+            match (terminate, interrupt) {
+                (Ok(mut terminate), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = terminate.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    tracing::warn!("cannot handle SIGTERM/SIGINT; falling back to Ctrl-C only");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
