@@ -222,14 +222,14 @@ pub async fn serve(
         serve_connection(&builder, &graceful, stream, peer, app.clone());
     }
     drop(listener);
-    tracing::info!("draining...");
+    tracing::info!(worker = worker_index(), "draining...");
     tokio::select! {
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(crate::SHUTDOWN_GRACE) => {
-            tracing::warn!("grace period over; closing remaining connections");
+            tracing::warn!(worker = worker_index(), "grace period over; closing remaining connections");
         }
     }
-    tracing::info!("stopped");
+    tracing::info!(worker = worker_index(), "stopped");
     Ok(())
 }
 
