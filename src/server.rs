@@ -155,7 +155,7 @@ pub async fn serve_workers(
         let app = app.clone();
         let mut stopped = stopped.clone();
         let (done, done_rx) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             // Short: Linux shows at most 15 bytes of a thread name (`top -H`, `ps -L`).
             .name(format!("concert-w{index}"))
             .spawn(move || {
@@ -177,19 +177,22 @@ pub async fn serve_workers(
                 let _ = done.send(served);
             })
             .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))?;
-        finished.push(done_rx);
+        finished.push((thread, done_rx));
     }
     let served = serve(listener, app, async move {
         shutdown.await;
         let _ = stop.send(true);
     })
     .await;
-    for (index, done) in finished.into_iter().enumerate() {
+    for (index, (thread, done)) in finished.into_iter().enumerate() {
         match done.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::error!(worker = index + 1, error = %e, "worker failed"),
             Err(_) => tracing::error!(worker = index + 1, "worker thread ended abruptly"),
         }
+        // Its runtime is gone and its result sent: the thread is only returning now, so this
+        // wait is momentary, and nothing of the worker outlives the call.
+        let _ = thread.join();
     }
     served
 }

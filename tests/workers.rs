@@ -118,7 +118,11 @@ async fn three_workers_serve_one_listener_and_stop_together() {
     );
     stopping.await.unwrap().expect("clean stop");
 
-    assert!(worker_threads().is_empty(), "every worker thread ended");
+    assert_eq!(
+        worker_threads(),
+        Vec::<String>::new(),
+        "every worker thread ended"
+    );
     assert!(
         tokio::net::TcpStream::connect(addr).await.is_err(),
         "nobody accepts on the address any more"
