@@ -1,9 +1,9 @@
 //! Heap allocations Concert makes per proxied page request, counted on the thread that runs it.
 //!
-//! Concert runs on a thread of its own with a current-thread runtime, as each serving worker does; the
-//! origin and the client run elsewhere, so only Concert's allocations are counted. The budgets
-//! are a little above what the pipeline needs today: a change that adds an allocation storm to
-//! the hot path fails here rather than showing up as a slower benchmark.
+//! Concert runs on a thread of its own with a current-thread runtime, as each serving worker
+//! does; the origin and the client run elsewhere, so only Concert's allocations are counted. The
+//! budgets are a little above what the pipeline needs today: a change that adds an allocation
+//! storm to the hot path fails here rather than showing up as a slower benchmark.
 
 mod support;
 
