@@ -49,6 +49,8 @@ pub(super) enum DirectError {
     Write(#[source] io::Error),
     #[error("reading the response from the origin failed")]
     Read(#[source] io::Error),
+    #[error("reading the response from the origin failed after it began to answer")]
+    ReadInHead(#[source] io::Error),
     #[error("the origin closed the connection without answering")]
     Closed,
     #[error("the origin closed the connection in the middle of the response head")]
@@ -62,8 +64,9 @@ pub(super) enum DirectError {
 }
 
 impl DirectError {
-    /// Whether the failure happened before the origin can have acted on the request: the
-    /// connection was found closed while writing or before a single response byte.
+    /// Whether the connection failed before the origin answered anything: found closed while
+    /// writing, or closed or reset before a single response byte (an interim 1xx counts as an
+    /// answer). Only then may an idempotent request be sent again.
     fn before_any_answer(&self) -> bool {
         matches!(self, DirectError::Write(_) | DirectError::Closed)
             || matches!(self, DirectError::Read(err) if err.kind() == io::ErrorKind::ConnectionReset)
@@ -215,6 +218,9 @@ async fn exchange(
         .await
         .map_err(DirectError::Write)?;
     let answers_without_body = *method == Method::HEAD;
+    // Whether the origin has sent anything at all (an interim 1xx included): from then on it
+    // has seen the request, and a failure must not be taken for a connection that was dead.
+    let mut answered = false;
     loop {
         if !conn.buf.is_empty()
             && let Some((head, framing, reusable)) = parse_head(&mut conn, answers_without_body)?
@@ -230,17 +236,12 @@ async fn exchange(
             return Err(DirectError::HeadTooLarge);
         }
         conn.buf.reserve(READ_RESERVE);
-        let read = conn
-            .stream
-            .read_buf(&mut conn.buf)
-            .await
-            .map_err(DirectError::Read)?;
-        if read == 0 {
-            return Err(if conn.buf.is_empty() {
-                DirectError::Closed
-            } else {
-                DirectError::ClosedInHead
-            });
+        match conn.stream.read_buf(&mut conn.buf).await {
+            Ok(0) if answered => return Err(DirectError::ClosedInHead),
+            Ok(0) => return Err(DirectError::Closed),
+            Ok(_) => answered = true,
+            Err(err) if answered => return Err(DirectError::ReadInHead(err)),
+            Err(err) => return Err(DirectError::Read(err)),
         }
     }
 }
@@ -1162,6 +1163,26 @@ mod tests {
         );
         assert_eq!(origin.requests.load(Ordering::SeqCst), 4);
         assert_eq!(origin.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_origin_that_began_to_answer_is_never_asked_again() {
+        // The second request on the connection gets an interim answer, then the origin hangs
+        // up: it has seen the request, so even a GET is not repeated.
+        let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let interim_then_gone: &'static [u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+        let origin = scripted_origin(vec![ok, interim_then_gone], usize::MAX).await;
+        let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+        let (_, _, body) = fetch(&pool, Method::GET).await.unwrap();
+        assert_eq!(body.unwrap().0, b"ok");
+        let failed = fetch(&pool, Method::GET).await;
+        assert!(
+            matches!(failed, Err(DirectError::ClosedInHead)),
+            "{:?}",
+            failed.err()
+        );
+        assert_eq!(origin.requests.load(Ordering::SeqCst), 2);
+        assert_eq!(origin.accepted.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
