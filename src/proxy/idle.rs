@@ -1,22 +1,26 @@
 //! Idle origin connections kept for reuse: newest first, each for a limited time, at most a
-//! fixed number of them per serving worker.
+//! fixed number of them in all.
 //!
 //! Each worker (see `server::serve_workers`) keeps its own list: a connection opened by one
 //! worker's runtime is registered with that runtime's reactor, so handing it to another worker
-//! would cost a cross-thread wake-up on every response.
+//! would cost a cross-thread wake-up on every response. The cap counts all workers together, so
+//! more workers never mean more idle connections held open against a small origin.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 /// Lists kept apart; workers beyond this share them round-robin.
-const SHARDS: usize = 16;
+const SHARDS: usize = 64;
 
 pub(super) struct IdleList<T> {
     max_idle: usize,
     idle_timeout: Duration,
+    /// Entries in all shards together.
+    held: AtomicUsize,
     /// One per worker, oldest at the front of each.
     shards: [Mutex<VecDeque<(T, Instant)>>; SHARDS],
 }
@@ -26,6 +30,7 @@ impl<T> IdleList<T> {
         IdleList {
             max_idle,
             idle_timeout,
+            held: AtomicUsize::new(0),
             shards: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
         }
     }
@@ -35,25 +40,34 @@ impl<T> IdleList<T> {
         &self.shards[crate::server::worker_index() % SHARDS]
     }
 
+    /// `removed` entries left the lists.
+    fn released(&self, removed: usize) {
+        if removed > 0 {
+            self.held.fetch_sub(removed, Ordering::Relaxed);
+        }
+    }
+
     /// The newest entry, unless it has idled too long: then it and every older one (which
     /// have idled longer still) are dropped. Reusing the newest keeps the busy set small and
     /// lets the rest age out.
     pub(super) fn pop_newest(&self) -> Option<T> {
         let entries = self.entries();
         let (entry, since) = entries.lock().pop_back()?;
+        self.released(1);
         if since.elapsed() < self.idle_timeout {
             return Some(entry);
         }
         let expired = std::mem::take(&mut *entries.lock());
+        self.released(expired.len());
         // Dropping closes connections: done outside the lock.
         drop(expired);
         drop(entry);
         None
     }
 
-    /// Keeps `entry`, unless the list is full (then it is dropped). Expiry is otherwise only
-    /// noticed when the newest is taken, so the oldest is retired here when it has expired,
-    /// one per return, and stale entries do not sit at the bottom for ever.
+    /// Keeps `entry`, unless the lists hold the most allowed (then it is dropped). Expiry is
+    /// otherwise only noticed when the newest is taken, so the oldest is retired here when it
+    /// has expired, one per return, and stale entries do not sit at the bottom for ever.
     pub(super) fn push(&self, entry: T) {
         let now = Instant::now();
         let mut entries = self.entries().lock();
@@ -63,10 +77,14 @@ impl<T> IdleList<T> {
             }
             _ => None,
         };
-        let refused = if entries.len() < self.max_idle {
+        if expired.is_some() {
+            self.released(1);
+        }
+        let refused = if self.held.fetch_add(1, Ordering::Relaxed) < self.max_idle {
             entries.push_back((entry, now));
             None
         } else {
+            self.released(1);
             Some(entry)
         };
         drop(entries);
@@ -115,6 +133,25 @@ mod tests {
         list.push("b");
         assert_eq!(list.pop_newest(), None);
         assert_eq!(list.len(), 0, "an expired newest clears the older ones too");
+    }
+
+    #[test]
+    fn the_cap_counts_every_worker() {
+        let list = std::sync::Arc::new(IdleList::new(2, LONG));
+        list.push("worker 0");
+        let elsewhere = std::sync::Arc::clone(&list);
+        std::thread::spawn(move || {
+            crate::server::become_worker(1);
+            elsewhere.push("worker 1");
+            elsewhere.push("worker 1, over the cap");
+        })
+        .join()
+        .unwrap();
+        list.push("worker 0, over the cap");
+        assert_eq!(list.len(), 2);
+        assert_eq!(list.pop_newest(), Some("worker 0"));
+        list.push("worker 0 again");
+        assert_eq!(list.len(), 2, "a taken entry frees its place");
     }
 
     #[test]

@@ -51,7 +51,7 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 /// How long an idle pooled connection is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// Idle connections kept per origin (per serving worker for plain-HTTP origins).
+/// Idle connections kept per origin (all workers together).
 const POOL_MAX_IDLE_PER_HOST: usize = 256;
 
 const PLAIN_HTTP_POOL: PoolLimits = PoolLimits {
