@@ -18,7 +18,7 @@ use bytes::{Buf as _, Bytes, BytesMut};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Version};
 use hyper::body::{Frame, SizeHint};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 use super::SlotHold;
@@ -26,9 +26,8 @@ use super::headers::HeaderSink;
 use super::idle::IdleList;
 use super::pool::{PoolError, PoolLimits, connect_tcp};
 use super::target::Target;
+use crate::server::MAX_HEADERS;
 
-/// Response header lines accepted, as many as the client side allows.
-const MAX_HEADERS: usize = 100;
 /// Largest response head (status line and headers) read before giving up.
 const MAX_HEAD_BYTES: usize = 128 * 1024;
 /// Largest chunk-size line (with extensions) of a chunked body.
@@ -235,8 +234,7 @@ async fn exchange(
         if conn.buf.len() >= MAX_HEAD_BYTES {
             return Err(DirectError::HeadTooLarge);
         }
-        conn.buf.reserve(READ_RESERVE);
-        match conn.stream.read_buf(&mut conn.buf).await {
+        match std::future::poll_fn(|cx| conn.poll_fill(cx)).await {
             Ok(0) if answered => return Err(DirectError::ClosedInHead),
             Ok(0) => return Err(DirectError::Closed),
             Ok(_) => answered = true,
@@ -390,6 +388,14 @@ fn parse_chunk_size(line: &[u8]) -> Option<u64> {
 /// request line when started, then each header as the rewrite passes it, then the blank line.
 pub(super) struct RequestHead {
     bytes: Vec<u8>,
+}
+
+/// The bytes `headers` take in a request head, each line being `name: value` and CRLF.
+pub(super) fn header_bytes(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + 2 + value.len() + 2)
+        .sum()
 }
 
 impl RequestHead {
@@ -678,7 +684,7 @@ mod tests {
 
     use http_body_util::BodyExt as _;
     use parking_lot::Mutex;
-    use tokio::io::AsyncWriteExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::TcpListener;
 
     use super::*;
@@ -878,11 +884,7 @@ mod tests {
         path_and_query: &str,
         headers: &HeaderMap,
     ) -> Option<Vec<u8>> {
-        let header_bytes = headers
-            .iter()
-            .map(|(name, value)| name.as_str().len() + value.len() + 4)
-            .sum();
-        let mut head = RequestHead::start(method, target, path_and_query, header_bytes)?;
+        let mut head = RequestHead::start(method, target, path_and_query, header_bytes(headers))?;
         for (name, value) in headers {
             head.put(name, value.clone());
         }

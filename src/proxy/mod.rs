@@ -390,12 +390,7 @@ impl Proxy {
         let facts = self.request_facts(ctx, &parts.uri, None);
         let method = parts.method;
         // The client's headers plus room for the few the proxy adds (Host, X-Forwarded-*).
-        let header_bytes = parts
-            .headers
-            .iter()
-            .map(|(name, value)| name.as_str().len() + value.len() + 4)
-            .sum::<usize>()
-            + ADDED_HEADER_BYTES;
+        let header_bytes = direct::header_bytes(&parts.headers) + ADDED_HEADER_BYTES;
         let Some(mut head) =
             RequestHead::start(&method, &self.target, ctx.path_and_query, header_bytes)
         else {
