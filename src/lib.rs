@@ -653,7 +653,7 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
 }
 
 /// `-workers`, with 0 (the default, `TOKIO_WORKER_THREADS` unset) meaning one per core.
-pub fn effective_workers(config: &Config) -> usize {
+fn effective_workers(config: &Config) -> usize {
     match config.workers {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         workers => workers,
