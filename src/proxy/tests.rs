@@ -905,7 +905,7 @@ async fn origin_closing_idle_connections_causes_no_502() {
         assert_eq!(accepted.load(Ordering::SeqCst), round);
         // The close reaches the proxy while the connection sits idle.
         eventually("the close is noticed", || {
-            plain_pool(&front).idle_open_count() == 0
+            plain_pool(&front).idle_open_count(false) == 0
         })
         .await;
     }
