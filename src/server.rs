@@ -18,6 +18,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::App;
+use crate::framing::{FramingGuard, FramingWatch};
 
 /// Slow clients get this long to send a request head (slowloris); it also bounds how long an idle
 /// keep-alive connection is kept.
@@ -266,12 +267,19 @@ fn serve_connection(
         peer: Some(crate::client::unmap(peer.ip())),
         tls: false,
     };
+    let watch = Arc::new(FramingWatch::default());
+    let io = TokioIo::new(FramingGuard::new(stream, watch.clone()));
     let service = service_fn(move |req: hyper::Request<Incoming>| {
         let app = app.clone();
-        async move { Ok::<_, Infallible>(handle_recovering(app, conn, req).await) }
+        let ambiguous = watch.next_is_ambiguous();
+        async move {
+            if ambiguous {
+                return Ok::<_, Infallible>(ambiguous_framing(&app, &req));
+            }
+            Ok::<_, Infallible>(handle_recovering(app, conn, req).await)
+        }
     });
     let builder = builder.clone();
-    let io = TokioIo::new(stream);
     let connection = builder
         .serve_connection_with_upgrades(io, service)
         .into_owned();
@@ -281,6 +289,19 @@ fn serve_connection(
             tracing::debug!(error = %e, "connection ended with an error");
         }
     });
+}
+
+/// The answer to a request whose head carried both `Content-Length` and `Transfer-Encoding`:
+/// it never reaches the origin, and the connection closes after the answer (hyper closes it
+/// too, having seen the same head), so nothing the client sent after it is read as a request.
+fn ambiguous_framing(app: &App, req: &hyper::Request<Incoming>) -> http::Response<Body> {
+    app.counters
+        .bad_requests_total
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    crate::rejection::Rejection::BadRequest(
+        "Content-Length and Transfer-Encoding together".to_string(),
+    )
+    .into_response(crate::client::is_html_client(req.headers()))
 }
 
 /// Runs the pipeline; a panic becomes an empty 500 and one log line, never a dead connection task

@@ -27,6 +27,7 @@ use super::headers::HeaderSink;
 use super::idle::IdleList;
 use super::pool::{PoolError, PoolLimits, connect_tcp};
 use super::target::Target;
+use crate::framing::{parse_chunk_size, parse_decimal};
 use crate::server::MAX_HEADERS;
 
 /// Largest response head (status line and headers) read before giving up.
@@ -357,38 +358,6 @@ fn framing_of(
     Ok(match length {
         Some(length) => (Framing::Length(length), true),
         None => (Framing::UntilClose, false),
-    })
-}
-
-fn parse_decimal(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 19 {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |sum, &digit| {
-        digit
-            .is_ascii_digit()
-            .then(|| sum * 10 + u64::from(digit - b'0'))
-    })
-}
-
-/// The size at the start of a chunk-size line (extensions after `;` are ignored).
-fn parse_chunk_size(line: &[u8]) -> Option<u64> {
-    let digits = match line.iter().position(|&b| b == b';') {
-        Some(semicolon) => &line[..semicolon],
-        None => line,
-    }
-    .trim_ascii();
-    if digits.is_empty() || digits.len() > 15 {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |sum, &digit| {
-        let value = match digit {
-            b'0'..=b'9' => digit - b'0',
-            b'a'..=b'f' => digit - b'a' + 10,
-            b'A'..=b'F' => digit - b'A' + 10,
-            _ => return None,
-        };
-        Some(sum * 16 + u64::from(value))
     })
 }
 
@@ -868,17 +837,6 @@ mod tests {
             framing(200, &[], false).unwrap().0,
             (Framing::UntilClose, false)
         );
-    }
-
-    #[test]
-    fn chunk_sizes_are_strict_hex() {
-        assert_eq!(parse_chunk_size(b"1a"), Some(26));
-        assert_eq!(parse_chunk_size(b"1A;name=value"), Some(26));
-        assert_eq!(parse_chunk_size(b"0"), Some(0));
-        assert_eq!(parse_chunk_size(b"ff ; ext"), Some(255));
-        for bad in [&b""[..], b";ext", b"g", b"-1", b"1 2", b"1000000000000000"] {
-            assert_eq!(parse_chunk_size(bad), None, "{bad:?}");
-        }
     }
 
     fn target(upstream: &str) -> Target {
