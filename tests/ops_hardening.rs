@@ -241,7 +241,7 @@ async fn metrics_are_prometheus_text() {
 }
 
 #[tokio::test]
-async fn dot_segments_cannot_ride_a_bypass_rule() {
+async fn dot_segments_cannot_ride_a_bypass_or_asset_rule() {
     let origin = origins::echo_origin();
     let concert = concert(&[
         "-upstream",
@@ -263,6 +263,48 @@ async fn dot_segments_cannot_ride_a_bypass_rule() {
     )
     .await;
     assert!(raw.starts_with("HTTP/1.1 400"), "{raw}");
+
+    // With the one slot held, paths that climb out of a bypass or asset rule are gated like
+    // any page (429), while a real bypass path still goes through.
+    let origin = origins::held_origin();
+    let gated = support::concert(&[
+        "-upstream",
+        &origin.url(),
+        "-bypass",
+        "/webhooks/*",
+        "-assets",
+        "/static/*",
+        "-cap",
+        "1",
+    ])
+    .await;
+    let holder_url = url(&gated, "/hold");
+    let holder = tokio::spawn(async move { plain_client().get(holder_url).send().await });
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    for climbing in [
+        "/webhooks/%2e%2e/admin",
+        "/webhooks/%2E%2E/%2e%2e/admin",
+        "/webhooks/./../admin",
+        "/static/%2e%2e/admin",
+    ] {
+        let response = plain_client()
+            .get(url(&gated, climbing))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{climbing}"
+        );
+    }
+    assert_eq!(origin.hits(), 1, "only the holder: {:?}", origin.paths());
+    let bypass_url = url(&gated, "/webhooks/real");
+    let bypass = tokio::spawn(async move { plain_client().get(bypass_url).send().await });
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 2).await);
+    origin.release(2);
+    assert_eq!(bypass.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(holder.await.unwrap().unwrap().status(), StatusCode::OK);
 }
 
 #[tokio::test]
@@ -408,6 +450,42 @@ async fn slow_request_heads_are_cut_off() {
     assert!(
         answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
         "{answer}"
+    );
+    assert_eq!(concert.app.room.stats().occupancy, 0);
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connections_are_closed() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let mut stream = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !answer.ends_with(b"ok") {
+        let read = stream.read(&mut chunk).await.unwrap();
+        assert!(read > 0, "closed before the answer");
+        answer.extend_from_slice(&chunk[..read]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    // Then silence: the server closes the idle connection once the header timeout passes,
+    // without another answer.
+    let idle_since = std::time::Instant::now();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), stream.read_to_end(&mut rest))
+        .await
+        .expect("closed within the header timeout")
+        .unwrap();
+    let idle = idle_since.elapsed();
+    assert!(idle >= Duration::from_secs(5), "closed after only {idle:?}");
+    assert!(
+        rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&rest)
     );
     assert_eq!(concert.app.room.stats().occupancy, 0);
 }

@@ -45,6 +45,75 @@ async fn origin_sees_only_its_own_cookies() {
 }
 
 #[tokio::test]
+async fn forwarding_headers_follow_trusted_proxies_and_preserve_host() {
+    let origin = origins::echo_origin();
+    // What a client behind a proxy sends, with a stale `Forwarded` that must not pass.
+    let seen_through = |concert: concert::Running| async move {
+        json_of(
+            plain_client()
+                .get(url(&concert, "/x"))
+                .header("host", "concert.example")
+                .header("x-forwarded-for", "203.0.113.9")
+                .header("x-forwarded-proto", "https")
+                .header("forwarded", "for=6.6.6.6")
+                .header("x-forwarded-host", "evil.example"),
+        )
+        .await["headers"]
+            .clone()
+    };
+    let single = |headers: &serde_json::Value, name: &str| {
+        let values = headers[name].as_array().cloned().unwrap_or_default();
+        assert!(values.len() <= 1, "{name}: {values:?}");
+        values.first().and_then(|v| v.as_str()).map(str::to_owned)
+    };
+
+    // Defaults: loopback is a trusted proxy, and the visitor's Host is kept.
+    let headers = seen_through(concert(&["-upstream", &origin.url()]).await).await;
+    assert_eq!(single(&headers, "host").as_deref(), Some("concert.example"));
+    assert_eq!(
+        single(&headers, "x-forwarded-for").as_deref(),
+        Some("203.0.113.9, 127.0.0.1")
+    );
+    assert_eq!(
+        single(&headers, "x-forwarded-proto").as_deref(),
+        Some("https")
+    );
+    assert_eq!(
+        single(&headers, "x-forwarded-host").as_deref(),
+        Some("concert.example")
+    );
+    assert_eq!(single(&headers, "forwarded"), None);
+
+    // Loopback not trusted, Host not kept: the claims are dropped, the origin's own host sent.
+    let headers = seen_through(
+        concert(&[
+            "-upstream",
+            &origin.url(),
+            "-trusted-proxies",
+            "10.0.0.0/8",
+            "-preserve-host=false",
+        ])
+        .await,
+    )
+    .await;
+    let origin_host = origin.url().trim_start_matches("http://").to_owned();
+    assert_eq!(single(&headers, "host"), Some(origin_host));
+    assert_eq!(
+        single(&headers, "x-forwarded-for").as_deref(),
+        Some("127.0.0.1")
+    );
+    assert_eq!(
+        single(&headers, "x-forwarded-proto").as_deref(),
+        Some("http")
+    );
+    assert_eq!(
+        single(&headers, "x-forwarded-host").as_deref(),
+        Some("concert.example")
+    );
+    assert_eq!(single(&headers, "forwarded"), None);
+}
+
+#[tokio::test]
 async fn trailing_slash_paths_reach_the_origin_unchanged() {
     let origin = origins::echo_origin();
     let concert = concert(&["-upstream", &origin.url()]).await;
@@ -69,6 +138,69 @@ async fn dead_origin_is_a_502() {
             == 0)
         .await
     );
+}
+
+/// A raw origin that answers every request with `answer` and then drops the connection, so a
+/// body announced longer than what was sent ends in the middle.
+async fn origin_hanging_up_with(answer: &'static [u8]) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                // The head first, so that it reaches the client before the body breaks off.
+                let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                let _ = stream.write_all(&answer[..head_end]).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = stream.write_all(&answer[head_end..]).await;
+                // Dropped here: the origin is gone mid-body.
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn an_origin_gone_mid_body_gives_the_slot_back() {
+    let cut_short: [&'static [u8]; 2] = [
+        b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly part of it",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    ];
+    for answer in cut_short {
+        let upstream = origin_hanging_up_with(answer).await;
+        let concert = concert(&["-upstream", &upstream, "-cap", "1"]).await;
+        for round in 0..3 {
+            let response = plain_client().get(url(&concert, "/")).send().await.unwrap();
+            // The head was already on its way; the client sees the body end early.
+            assert_eq!(response.status(), StatusCode::OK, "round {round}");
+            assert!(
+                response.bytes().await.is_err(),
+                "round {round}: a complete body?"
+            );
+            // The one slot comes back each time, or the next round would be queued (429).
+            assert!(
+                eventually(Duration::from_secs(2), || concert
+                    .app
+                    .room
+                    .stats()
+                    .occupancy
+                    == 0)
+                .await,
+                "round {round}: occupancy {}",
+                concert.app.room.stats().occupancy
+            );
+        }
+        concert.shutdown().await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -148,6 +280,62 @@ async fn browsers_get_the_waiting_page_with_cookies() {
     let body = response.text().await.unwrap();
     assert!(body.contains("/queue/status") || body.contains("waiting.js"));
     assert_eq!(origin.hits(), 1, "only the holder reached the origin");
+}
+
+#[tokio::test]
+async fn polls_past_a_third_of_the_ttl_send_the_same_cookies_again() {
+    let (_origin, concert, _holder) = full_room(&[
+        "-token-ttl",
+        "30s",
+        "-cookie-domain",
+        "shop.test",
+        "-cookie-path",
+        "/shop",
+    ])
+    .await;
+    let owned = |lines: Vec<&str>| lines.into_iter().map(str::to_owned).collect::<Vec<_>>();
+    let page = plain_client()
+        .get(url(&concert, "/shop/item"))
+        .header(ACCEPT, HTML_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    let issued = [
+        owned(set_cookies(&page, "room_ticket")),
+        owned(set_cookies(&page, "room_probe")),
+    ];
+    assert_eq!((issued[0].len(), issued[1].len()), (1, 1), "{issued:?}");
+    assert!(issued[0][0].contains("Max-Age=30"), "{issued:?}");
+    let cookie = issued
+        .iter()
+        .map(|lines| lines[0].split(';').next().unwrap())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let poll = || {
+        plain_client()
+            .get(url(&concert, "/queue/status"))
+            .header(COOKIE, cookie.clone())
+            .send()
+    };
+
+    // Fresh cookies are not sent again.
+    let fresh = poll().await.unwrap();
+    assert_eq!(fresh.status(), StatusCode::OK);
+    assert!(set_cookies(&fresh, "room_ticket").is_empty());
+    // A third of the lifetime later they are: same token, same attributes, both cookies.
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    let due = poll().await.unwrap();
+    assert_eq!(due.status(), StatusCode::OK);
+    let refreshed = [
+        owned(set_cookies(&due, "room_ticket")),
+        owned(set_cookies(&due, "room_probe")),
+    ];
+    assert_eq!(refreshed, issued);
+    // A throttled poll right after keeps the ticket but sends no cookies.
+    let throttled = poll().await.unwrap();
+    assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(set_cookies(&throttled, "room_ticket").is_empty());
+    assert!(set_cookies(&throttled, "room_probe").is_empty());
 }
 
 #[tokio::test]
@@ -248,37 +436,39 @@ async fn cookie_keeping_client_is_let_in_after_release() {
 
 #[tokio::test]
 async fn bypass_paths_skip_the_room() {
-    let (origin, concert, _holder) = full_room(&["-bypass", "/webhooks/*,/robots.txt"]).await;
-    // One permit for the holder, one for each bypass request; none left over.
-    origin.release(4);
-    for path in ["/webhooks/stripe", "/webhooks/paypal/ipn", "/robots.txt"] {
-        let response = plain_client()
-            .get(url(&concert, path))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK, "{path}");
-    }
-    // The holder may have finished by now; take the slot again with a fresh held request.
-    let concert_url = url(&concert, "/hold-again");
-    let _again = tokio::spawn(async move {
-        let _ = plain_client().get(concert_url).send().await;
-    });
+    let (origin, concert, holder) = full_room(&["-bypass", "/webhooks/*,/robots.txt"]).await;
+    // The one page slot stays held while the bypass requests are sent: they reach the origin
+    // alongside it, without a slot, while a gated request is still turned away.
+    let bypassed: Vec<_> = ["/webhooks/stripe", "/webhooks/paypal/ipn", "/robots.txt"]
+        .into_iter()
+        .map(|path| {
+            let path_url = url(&concert, path);
+            tokio::spawn(async move {
+                let response = plain_client().get(path_url).send().await.unwrap();
+                (path, response.status(), response.text().await.unwrap())
+            })
+        })
+        .collect();
     assert!(
-        eventually(Duration::from_secs(5), || concert
-            .app
-            .room
-            .stats()
-            .occupancy
-            == 1)
-        .await
+        eventually(Duration::from_secs(5), || origin.in_flight() == 4).await,
+        "in flight at the origin: {}",
+        origin.in_flight()
     );
+    assert_eq!(concert.app.room.stats().occupancy, 1);
     let gated = plain_client()
         .get(url(&concert, "/gated"))
         .send()
         .await
         .unwrap();
     assert_eq!(gated.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    origin.release(4);
+    for request in bypassed {
+        let (path, status, body) = request.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"), "{path}");
+    }
+    holder.await.unwrap();
+    assert_eq!(origin.hits(), 4, "the holder and the three bypass requests");
 }
 
 #[tokio::test]
