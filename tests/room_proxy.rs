@@ -115,15 +115,7 @@ async fn dead_origin_is_a_502() {
     assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
     assert_eq!(response.text().await.unwrap(), "upstream unavailable\n");
     // The slot came back: the room is free again.
-    assert!(
-        eventually(Duration::from_secs(2), || concert
-            .app
-            .room
-            .stats()
-            .occupancy
-            == 0)
-        .await
-    );
+    assert!(room_empties(&concert).await);
 }
 
 /// A raw origin that answers every request with `answer` and then drops the connection, so a
@@ -174,13 +166,7 @@ async fn an_origin_gone_mid_body_gives_the_slot_back() {
             );
             // The one slot comes back each time, or the next round would be queued (429).
             assert!(
-                eventually(Duration::from_secs(2), || concert
-                    .app
-                    .room
-                    .stats()
-                    .occupancy
-                    == 0)
-                .await,
+                room_empties(&concert).await,
                 "round {round}: occupancy {}",
                 concert.app.room.stats().occupancy
             );

@@ -116,3 +116,11 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
     }
     check()
 }
+
+/// Whether every page slot comes back within two seconds (the room's occupancy reaches 0).
+pub async fn room_empties(running: &concert::Running) -> bool {
+    eventually(Duration::from_secs(2), || {
+        running.app.room.stats().occupancy == 0
+    })
+    .await
+}
