@@ -54,6 +54,8 @@ pub(crate) fn parse_chunk_size(line: &[u8]) -> Option<u64> {
 
 /// Longest chunk-size line (size and extensions) the guard follows; past it, it stops watching.
 const MAX_CHUNK_LINE: usize = 4096;
+/// Largest buffer for split heads a connection keeps between requests.
+const KEPT_PENDING_CAPACITY: usize = 4096;
 
 /// What one connection's guard has seen, shared with the service that answers its requests.
 #[derive(Debug, Default)]
@@ -215,8 +217,12 @@ impl<S> FramingGuard<S> {
         let read = self.judge_head(&pending);
         match read {
             HeadRead::Complete(length) => {
-                self.pending = pending;
-                self.pending.clear();
+                // Keep a small buffer for the next split head, but not the room a huge one took:
+                // idle keep-alive connections would each hold on to it.
+                if pending.capacity() <= KEPT_PENDING_CAPACITY {
+                    self.pending = pending;
+                    self.pending.clear();
+                }
                 &bytes[length - before..]
             }
             HeadRead::Partial => {
@@ -633,6 +639,16 @@ mod tests {
         let cuts: Vec<usize> = (1..chunked.len()).step_by(100).collect();
         let (guard, _) = watch(&chunked, &cuts);
         assert_eq!(guard.state, State::Unwatched);
+    }
+
+    #[test]
+    fn a_large_split_head_leaves_no_large_buffer_behind() {
+        let mut stream = b"GET / HTTP/1.1\r\nx-big: ".to_vec();
+        stream.extend(std::iter::repeat_n(b'a', 32 * 1024));
+        stream.extend_from_slice(b"\r\n\r\n");
+        let (guard, _) = watch(&stream, &[10, 20_000]);
+        assert_eq!((guard.heads, guard.state), (1, State::Head));
+        assert!(guard.pending.capacity() <= KEPT_PENDING_CAPACITY);
     }
 
     #[test]
