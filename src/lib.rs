@@ -218,6 +218,8 @@ pub struct App {
     baseline: Arc<Config>,
     /// The locked data directory, when persistence is on.
     pub data_dir: Option<Arc<persist::DataDir>>,
+    /// Open client connections per serving worker, once serving has started.
+    connections: std::sync::OnceLock<Arc<server::WorkerLoad>>,
 }
 
 /// A refused live change, with the status the API answers.
@@ -266,12 +268,28 @@ impl App {
             pass,
             priority: priority::Priority::new(),
             change_lock: parking_lot::Mutex::new(()),
+            connections: std::sync::OnceLock::new(),
             baseline: Arc::new(baseline),
             data_dir,
         }))
     }
 
     /// The current generation; the caller keeps it for the whole request.
+    /// Open client connections per serving worker (empty before serving starts).
+    pub fn open_connections(&self) -> Vec<usize> {
+        self.connections
+            .get()
+            .map(|load| load.counts())
+            .unwrap_or_default()
+    }
+
+    /// The per-worker connection counts for `workers` workers; the first call decides.
+    pub(crate) fn worker_load(&self, workers: usize) -> Arc<server::WorkerLoad> {
+        self.connections
+            .get_or_init(|| Arc::new(server::WorkerLoad::new(workers)))
+            .clone()
+    }
+
     pub fn generation(&self) -> Arc<Generation> {
         self.generation.load_full()
     }

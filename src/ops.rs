@@ -254,6 +254,18 @@ pub fn render_metrics(app: &App) -> Result<String, std::fmt::Error> {
         "Requests refused because the client is banned",
         abuse.rejected_total,
     );
+    let connections =
+        prometheus_client::metrics::family::Family::<Vec<(String, String)>, Gauge>::default();
+    for (worker, open) in app.open_connections().into_iter().enumerate() {
+        connections
+            .get_or_create(&vec![("worker".to_owned(), worker.to_string())])
+            .set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "connections",
+        "Open client connections, per serving worker",
+        connections,
+    );
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     Ok(text)

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -130,13 +131,85 @@ pub(crate) fn become_worker(index: usize) {
     WORKER_INDEX.set(index);
 }
 
+/// How long a worker that holds more than its share of connections waits before looking again.
+const SHARE_RECHECK: Duration = Duration::from_millis(1);
+/// Connections a worker may hold beyond the least busy worker before it stops accepting.
+const SHARE_SLACK: usize = 2;
+
+/// Open connections per serving worker, the way nginx's workers compare how busy they are before
+/// accepting.
+pub(crate) struct WorkerLoad {
+    open: Box<[AtomicUsize]>,
+}
+
+impl WorkerLoad {
+    pub(crate) fn new(workers: usize) -> WorkerLoad {
+        WorkerLoad {
+            open: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    /// Counts a connection on `worker` until the returned value is dropped.
+    fn open(self: &Arc<Self>, worker: usize) -> OpenConnection {
+        if let Some(count) = self.open.get(worker) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+        OpenConnection {
+            load: self.clone(),
+            worker,
+        }
+    }
+
+    /// Open connections per worker.
+    pub(crate) fn counts(&self) -> Vec<usize> {
+        self.open
+            .iter()
+            .map(|count| count.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Whether `worker` holds clearly more connections than the least busy other worker.
+    fn over_share(&self, worker: usize) -> bool {
+        let Some(mine) = self
+            .open
+            .get(worker)
+            .map(|count| count.load(Ordering::Relaxed))
+        else {
+            return false;
+        };
+        let least_other = self
+            .open
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| *index != worker)
+            .map(|(_, count)| count.load(Ordering::Relaxed))
+            .min();
+        least_other.is_some_and(|least| mine > least + SHARE_SLACK)
+    }
+}
+
+/// One open connection counted in [`WorkerLoad`].
+struct OpenConnection {
+    load: Arc<WorkerLoad>,
+    worker: usize,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        if let Some(count) = self.load.open.get(self.worker) {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Serves `listener` on `workers` threads until `shutdown` resolves, each worker then draining
-/// its own connections as [`serve`] does.
+/// its own connections.
 ///
 /// The calling task's runtime is worker 0; every other worker is a thread with a current-thread
 /// runtime of its own, accepting from the same listening socket. A connection stays on the
 /// worker that accepted it from start to end, so a request never crosses threads and workers
-/// share nothing but the application state: the way nginx's worker processes divide a machine,
+/// share nothing but the application state and their connection counts (which keep new
+/// connections spread between them): the way nginx's worker processes divide a machine,
 /// without a work-stealing scheduler's hand-offs between cores.
 pub async fn serve_workers(
     listener: TcpListener,
@@ -144,8 +217,9 @@ pub async fn serve_workers(
     shutdown: impl Future<Output = ()>,
     workers: usize,
 ) -> Result<(), ServeError> {
+    let load = app.worker_load(workers.max(1));
     if workers <= 1 {
-        return serve(listener, app, shutdown).await;
+        return serve(listener, app, shutdown, load).await;
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut finished = Vec::with_capacity(workers - 1);
@@ -154,6 +228,7 @@ pub async fn serve_workers(
             .try_clone()
             .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))?;
         let app = app.clone();
+        let load = load.clone();
         let mut stopped = stopped.clone();
         let (done, done_rx) = tokio::sync::oneshot::channel();
         let thread = std::thread::Builder::new()
@@ -169,10 +244,10 @@ pub async fn serve_workers(
                         runtime.block_on(async move {
                             let listener = TcpListener::from_std(socket.into())
                                 .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))?;
-                            serve(listener, app, async move {
+                            let stop = async move {
                                 let _ = stopped.wait_for(|stop| *stop).await;
-                            })
-                            .await
+                            };
+                            serve(listener, app, stop, load).await
                         })
                     });
                 let _ = done.send(served);
@@ -180,11 +255,11 @@ pub async fn serve_workers(
             .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))?;
         finished.push((thread, done_rx));
     }
-    let served = serve(listener, app, async move {
+    let stop_all = async move {
         shutdown.await;
         let _ = stop.send(true);
-    })
-    .await;
+    };
+    let served = serve(listener, app, stop_all, load).await;
     for (index, (thread, done)) in finished.into_iter().enumerate() {
         match done.await {
             Ok(Ok(())) => {}
@@ -198,20 +273,33 @@ pub async fn serve_workers(
     served
 }
 
-/// Serves `listener` until `shutdown` resolves, then stops accepting and gives in-flight requests
-/// up to [`crate::SHUTDOWN_GRACE`] before closing what is left.
-pub async fn serve(
+/// Serves `listener` as worker [`worker_index`] until `shutdown` resolves, then stops accepting
+/// and gives in-flight requests up to [`crate::SHUTDOWN_GRACE`] before closing what is left.
+/// While this worker holds clearly more connections than the least busy one, it leaves new
+/// connections to the others.
+async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     shutdown: impl Future<Output = ()>,
+    load: Arc<WorkerLoad>,
 ) -> Result<(), ServeError> {
     let builder = Arc::new(connection_builder());
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let worker = worker_index();
     tokio::pin!(shutdown);
-    loop {
+    'accepting: loop {
+        // Every worker is woken for each new connection and the first to call accept wins, so
+        // a burst of connections can land on one worker while the others idle. Stepping aside
+        // lets a less busy worker take them (the others keep accepting meanwhile).
+        while load.over_share(worker) {
+            tokio::select! {
+                () = tokio::time::sleep(SHARE_RECHECK) => {}
+                () = &mut shutdown => break 'accepting,
+            }
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = &mut shutdown => break,
+            () = &mut shutdown => break 'accepting,
         };
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
@@ -223,7 +311,8 @@ pub async fn serve(
                 continue;
             }
         };
-        serve_connection(&builder, &graceful, stream, peer, app.clone());
+        let held = load.open(worker);
+        serve_connection(&builder, &graceful, stream, peer, app.clone(), held);
     }
     drop(listener);
     tracing::info!(worker = worker_index(), "draining...");
@@ -261,6 +350,7 @@ fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     app: Arc<App>,
+    held: OpenConnection,
 ) {
     let _ = stream.set_nodelay(true);
     let conn = ConnInfo {
@@ -288,6 +378,7 @@ fn serve_connection(
         if let Err(e) = watched.await {
             tracing::debug!(error = %e, "connection ended with an error");
         }
+        drop(held);
     });
 }
 
@@ -297,7 +388,7 @@ fn serve_connection(
 fn ambiguous_framing(app: &App, req: &hyper::Request<Incoming>) -> http::Response<Body> {
     app.counters
         .bad_requests_total
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        .fetch_add(1, Ordering::Relaxed);
     crate::rejection::Rejection::BadRequest(
         "Content-Length and Transfer-Encoding together".to_string(),
     )
