@@ -132,7 +132,10 @@ pub(crate) fn become_worker(index: usize) {
 }
 
 /// How long a worker that holds more than its share of connections waits before looking again.
-const SHARE_RECHECK: Duration = Duration::from_millis(1);
+const SHARE_RECHECK: Duration = Duration::from_millis(5);
+/// Longest a worker steps aside at a time: should the others stop accepting (stalled, or
+/// starved of CPU), new connections wait at most this long before it competes for them again.
+const SHARE_STEP_ASIDE_LIMIT: Duration = Duration::from_millis(250);
 /// Connections a worker may hold beyond the least busy worker before it stops accepting.
 const SHARE_SLACK: usize = 2;
 
@@ -291,9 +294,10 @@ async fn serve(
         // Every worker is woken for each new connection and the first to call accept wins, so
         // a burst of connections can land on one worker while the others idle. Stepping aside
         // lets a less busy worker take them (the others keep accepting meanwhile).
-        while load.over_share(worker) {
+        let mut stepped_aside = Duration::ZERO;
+        while stepped_aside < SHARE_STEP_ASIDE_LIMIT && load.over_share(worker) {
             tokio::select! {
-                () = tokio::time::sleep(SHARE_RECHECK) => {}
+                () = tokio::time::sleep(SHARE_RECHECK) => stepped_aside += SHARE_RECHECK,
                 () = &mut shutdown => break 'accepting,
             }
         }
@@ -422,6 +426,31 @@ async fn handle_recovering(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_steps_aside_only_when_clearly_busier_than_another() {
+        let load = Arc::new(WorkerLoad::new(3));
+        let mut held: Vec<OpenConnection> = (0..2).map(|_| load.open(0)).collect();
+        assert!(
+            !load.over_share(0),
+            "two more than the others is within the slack"
+        );
+        held.push(load.open(0));
+        assert!(load.over_share(0));
+        assert!(!load.over_share(1) && !load.over_share(2));
+        // One other worker catching up is not enough: the least busy one decides.
+        held.push(load.open(1));
+        assert!(load.over_share(0));
+        held.push(load.open(2));
+        assert!(!load.over_share(0));
+        assert_eq!(load.counts(), [3, 1, 1]);
+        drop(held);
+        assert_eq!(load.counts(), [0, 0, 0]);
+        // A single worker never steps aside.
+        let alone = Arc::new(WorkerLoad::new(1));
+        let _many: Vec<OpenConnection> = (0..10).map(|_| alone.open(0)).collect();
+        assert!(!alone.over_share(0));
+    }
 
     #[test]
     fn go_style_listen_addresses() {
