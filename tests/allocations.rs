@@ -12,7 +12,6 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 struct CountingAllocator;
@@ -89,32 +88,16 @@ async fn exchange(stream: &mut TcpStream, path: &str, cookie: Option<&str>) -> O
         .map(|value| format!("cookie: concert_admit={value}\r\n"))
         .unwrap_or_default();
     let request = format!("GET {path} HTTP/1.1\r\nhost: shop.test\r\n{cookie_line}\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut received = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let read = stream.read(&mut chunk).await.expect("read");
-        assert!(read > 0, "connection closed mid-answer");
-        received.extend_from_slice(&chunk[..read]);
-        let Some(head_end) = received.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        let head = String::from_utf8_lossy(&received[..head_end]).to_ascii_lowercase();
-        assert!(head.starts_with("http/1.1 200"), "{head}");
-        let length: usize = head
-            .lines()
-            .find_map(|line| line.strip_prefix("content-length:"))
-            .and_then(|value| value.trim().parse().ok())
-            .expect("a content-length");
-        if received.len() >= head_end + 4 + length {
-            let original = String::from_utf8_lossy(&received[..head_end]).into_owned();
-            return original.lines().find_map(|line| {
-                let value = line.split_once(':')?.1.trim();
-                let pass = value.strip_prefix("concert_admit=")?;
-                Some(pass.split(';').next()?.to_owned())
-            });
-        }
-    }
+    let (head, _) = support::keep_alive_exchange(stream, &request).await;
+    assert!(
+        head.to_ascii_lowercase().starts_with("http/1.1 200"),
+        "{head}"
+    );
+    head.lines().find_map(|line| {
+        let value = line.split_once(':')?.1.trim();
+        let pass = value.strip_prefix("concert_admit=")?;
+        Some(pass.split(';').next()?.to_owned())
+    })
 }
 
 /// Average allocations per request over `rounds` page requests after a warm-up, on one

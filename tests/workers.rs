@@ -24,28 +24,8 @@ fn worker_threads() -> Vec<String> {
 /// One keep-alive exchange on a raw connection; the status line's code.
 async fn status_of(stream: &mut tokio::net::TcpStream, path: &str) -> u16 {
     let request = format!("GET {path} HTTP/1.1\r\nhost: shop.test\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut received = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let read = stream.read(&mut chunk).await.expect("read");
-        assert!(read > 0, "connection closed mid-answer");
-        received.extend_from_slice(&chunk[..read]);
-        let text = String::from_utf8_lossy(&received);
-        if let Some((head, body)) = text.split_once("\r\n\r\n") {
-            let length: usize = head
-                .lines()
-                .find_map(|line| {
-                    let (name, value) = line.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse().ok())?
-                })
-                .expect("a content-length");
-            if body.len() >= length {
-                return head[9..12].parse().expect("a status code");
-            }
-        }
-    }
+    let (head, _) = support::keep_alive_exchange(stream, &request).await;
+    head[9..12].parse().expect("a status code")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -124,3 +124,33 @@ pub async fn room_empties(running: &concert::Running) -> bool {
     })
     .await
 }
+
+/// Sends `request` (a whole request head) on a keep-alive connection and reads one answer framed
+/// by `Content-Length`; returns its head (status line and headers) and its body.
+pub async fn keep_alive_exchange(stream: &mut TcpStream, request: &str) -> (String, Vec<u8>) {
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let read = stream.read(&mut chunk).await.expect("read");
+        assert!(read > 0, "connection closed mid-answer");
+        received.extend_from_slice(&chunk[..read]);
+        let Some(head_end) = received.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&received[..head_end]).into_owned();
+        let length: usize = head
+            .lines()
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .expect("a content-length");
+        let body_start = head_end + 4;
+        if received.len() >= body_start + length {
+            let body = received[body_start..body_start + length].to_vec();
+            return (head, body);
+        }
+    }
+}
