@@ -509,6 +509,7 @@ pub async fn start_on_workers(
         })
     })?;
     let app = App::with_data_dir(config, baseline, data_dir.clone()).map_err(StartError::Build)?;
+    warn_if_metrics_path_is_routed(&app.generation());
     let mut background = Vec::new();
     if let Some(dir) = &data_dir {
         let report = persist::load_bans(dir, &app.abuse).map_err(StartError::Persist)?;
@@ -684,6 +685,20 @@ fn browse_addr(addr: SocketAddr) -> String {
         format!("http://127.0.0.1:{}/", addr.port())
     } else {
         format!("http://{addr}/")
+    }
+}
+
+/// Path lists win over `-metrics-path`; say so, since the operator may expect metrics there.
+fn warn_if_metrics_path_is_routed(generation: &Generation) {
+    let Some(path) = generation.config.metrics_path.as_deref() else {
+        return;
+    };
+    let routed = |candidate: &str| generation.routes.classify(candidate).is_some();
+    if routed(path) || routed(&format!("{path}/")) {
+        tracing::warn!(
+            metrics_path = path,
+            "a path list routes the metrics path, so it is not answered there; metrics stay at /_room/metrics (choose another -metrics-path to move them)"
+        );
     }
 }
 

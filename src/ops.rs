@@ -2,7 +2,8 @@
 //! and the abuse registry (list, unban, ban).
 //!
 //! The whole prefix is answered here — for every method and with or without a trailing slash — so
-//! nothing under `/_room/` ever leaks to the origin.
+//! nothing under `/_room/` ever leaks to the origin. The metrics are also answered at
+//! `-metrics-path` (`/metrics`), which Prometheus scrapes by default.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -148,7 +149,19 @@ pub fn stats_json(app: &App) -> serde_json::Value {
 
 /// Prometheus text exposition of the same figures.
 async fn metrics(State(app): State<Arc<App>>) -> Response<Body> {
-    match render_metrics(&app) {
+    metrics_response(&app)
+}
+
+/// `-metrics-path` on the public listener: the same answer as `/_room/metrics`.
+pub fn metrics_endpoint(app: &App, method: &http::Method) -> Response<Body> {
+    if !matches!(*method, http::Method::GET | http::Method::HEAD) {
+        return Rejection::MethodNotAllowed { allow: "GET, HEAD" }.into_response(false);
+    }
+    metrics_response(app)
+}
+
+fn metrics_response(app: &App) -> Response<Body> {
+    match render_metrics(app) {
         Ok(text) => {
             let mut response = Response::new(Body::from(text));
             response.headers_mut().insert(

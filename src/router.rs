@@ -8,7 +8,8 @@
 //!    `/_concert/…` (waiting-page files and config), `/queue/status`;
 //! 4. `-bypass` paths: straight to the proxy;
 //! 5. `-assets` (valid pass, per-pass pool, global pool), `-asset-public` (global pool) and
-//!    `-stream-paths` (valid pass, stream slot): outside the room, slots held to the end;
+//!    `-stream-paths` (valid pass, stream slot): outside the room, slots held to the end; then
+//!    `-metrics-path` (`/metrics`) answered locally when no path list has claimed it;
 //! 6. everything else is gated: priority gate (busy room only) → API-JSON interceptor + waiting
 //!    room → admission pass issue/slide → the proxy with the page (or lane) slot held until the
 //!    response body has been delivered → the origin's priority grant.
@@ -55,6 +56,8 @@ pub enum Stage {
     Asset,
     AssetPublic,
     Stream,
+    /// `-metrics-path` (`/metrics` by default), when no path list claims it.
+    Metrics,
     Gated,
 }
 
@@ -103,6 +106,7 @@ pub async fn handle(app: Arc<App>, conn: ConnInfo, req: Request<Incoming>) -> Re
         Stage::Asset => private_asset(&app, &generation, &info, req).await,
         Stage::AssetPublic => public_asset(&app, &generation, &info, req).await,
         Stage::Stream => stream(&app, &generation, &info, req).await,
+        Stage::Metrics => crate::ops::metrics_endpoint(&app, &method),
         Stage::Gated => gated(&app, &generation, &info, req).await,
     };
     if let Some(started) = started
@@ -189,8 +193,19 @@ pub fn classify(generation: &Generation, path: &str) -> Stage {
         Some(RouteKind::Asset) => Stage::Asset,
         Some(RouteKind::AssetPublic) => Stage::AssetPublic,
         Some(RouteKind::Stream) => Stage::Stream,
+        None if is_metrics_path(generation, path) => Stage::Metrics,
         None => Stage::Gated,
     }
+}
+
+/// The metrics path and its trailing-slash form. Path lists are consulted first, so an operator
+/// who already routes that path somewhere keeps that route.
+fn is_metrics_path(generation: &Generation, path: &str) -> bool {
+    generation
+        .config
+        .metrics_path
+        .as_deref()
+        .is_some_and(|own| path.strip_suffix('/').unwrap_or(path) == own)
 }
 
 fn under(path: &str, prefix: &str) -> bool {
@@ -201,7 +216,11 @@ fn under(path: &str, prefix: &str) -> bool {
 fn logs_access(stage: Stage, path: &str) -> bool {
     !matches!(
         stage,
-        Stage::QueueStatus | Stage::ConcertFiles | Stage::Asset | Stage::AssetPublic
+        Stage::QueueStatus
+            | Stage::ConcertFiles
+            | Stage::Asset
+            | Stage::AssetPublic
+            | Stage::Metrics
     ) && path != "/_room/healthz"
         && path != "/_room/healthz/"
 }

@@ -241,6 +241,79 @@ async fn metrics_are_prometheus_text() {
 }
 
 #[tokio::test]
+async fn metrics_are_also_answered_at_the_prometheus_default_path() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-cap", "7"]).await;
+    let client = plain_client();
+    for path in ["/metrics", "/metrics/"] {
+        let response = client.get(url(&concert, path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let content_type = response.headers()["content-type"].to_str().unwrap();
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{content_type}"
+        );
+        let text = response.text().await.unwrap();
+        assert!(text.contains("concert_cap 7"), "{text}");
+        // A scrape is not a visitor: it takes no page slot.
+        assert!(text.contains("concert_admitted_total 0"), "{text}");
+    }
+    let head = client.head(url(&concert, "/metrics")).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    assert!(head.bytes().await.unwrap().is_empty());
+    let post = client.post(url(&concert, "/metrics")).send().await.unwrap();
+    assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(post.headers()["allow"], "GET, HEAD");
+    // Only the path itself is Concert's; what lies below it is the origin's.
+    let below = json_of(client.get(url(&concert, "/metrics/jobs"))).await;
+    assert_eq!(below["path"], "/metrics/jobs");
+    assert_eq!(origin.paths(), ["/metrics/jobs"]);
+}
+
+#[tokio::test]
+async fn the_metrics_path_moves_turns_off_or_yields_to_a_path_list() {
+    let origin = origins::echo_origin();
+    let client = plain_client();
+    let is_metrics = |text: &str| text.contains("concert_cap ") && text.ends_with("# EOF\n");
+
+    let moved = concert(&[
+        "-upstream",
+        &origin.url(),
+        "-metrics-path",
+        "/internal/prom",
+    ])
+    .await;
+    let text = client
+        .get(url(&moved, "/internal/prom"))
+        .send()
+        .await
+        .unwrap();
+    assert!(is_metrics(&text.text().await.unwrap()));
+    let seen = json_of(client.get(url(&moved, "/metrics"))).await;
+    assert_eq!(seen["path"], "/metrics");
+
+    let off = concert_with_env(
+        &["-upstream", &origin.url()],
+        &[("CONCERT_METRICS_PATH", "off")],
+    )
+    .await;
+    let seen = json_of(client.get(url(&off, "/metrics"))).await;
+    assert_eq!(seen["path"], "/metrics");
+
+    // An operator who already sends /metrics somewhere keeps that route.
+    let listed = concert(&["-upstream", &origin.url(), "-bypass", "/metrics"]).await;
+    let seen = json_of(client.get(url(&listed, "/metrics"))).await;
+    assert_eq!(seen["path"], "/metrics");
+    let text = client
+        .get(url(&listed, "/_room/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert!(is_metrics(&text.text().await.unwrap()));
+    assert_eq!(origin.paths(), ["/metrics", "/metrics", "/metrics"]);
+}
+
+#[tokio::test]
 async fn dot_segments_cannot_ride_a_bypass_or_asset_rule() {
     let origin = origins::echo_origin();
     let concert = concert(&[

@@ -59,5 +59,6 @@ complete -c concert -l data-dir -d 'Directory for settings.json, bans, the queue
 complete -c concert -l demo -d 'Run a built-in demo origin. [default: false] [env: CONCERT_DEMO]' -r
 complete -c concert -l log-format -d 'Process log format: text or json. [default: text] [env: CONCERT_LOG_FORMAT]' -r
 complete -c concert -l workers -d 'Runtime worker threads. 0 uses TOKIO_WORKER_THREADS when set, else one per core. [default: 0] [env: CONCERT_WORKERS]' -r
+complete -c concert -l metrics-path -d 'Path on the public listener answered with Prometheus metrics, unless a path list names it (they are always at /_room/metrics too). off leaves it to the origin. [default: /metrics] [env: CONCERT_METRICS_PATH]' -r
 complete -c concert -l version -d 'Print the version and exit. [default: false]' -r
 complete -c concert -s h -l help -d 'Print this help and exit.'

@@ -56,6 +56,14 @@ pub const EXTRA_FLAGS: &[ExtraFlag] = &[
         help: "Runtime worker threads. 0 uses TOKIO_WORKER_THREADS when set, else one per core.",
     },
     ExtraFlag {
+        name: "metrics-path",
+        env: Some("CONCERT_METRICS_PATH"),
+        is_bool: false,
+        value_name: "PATH",
+        default: "/metrics",
+        help: "Path on the public listener answered with Prometheus metrics, unless a path list names it (they are always at /_room/metrics too). off leaves it to the origin.",
+    },
+    ExtraFlag {
         name: "version",
         env: None,
         is_bool: true,

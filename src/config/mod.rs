@@ -32,6 +32,8 @@ use value::TextOrigin;
 
 /// Default data directory.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/concert/data";
+/// Where Prometheus looks by default.
+pub const DEFAULT_METRICS_PATH: &str = "/metrics";
 /// Room default used when `token_ttl` or `reaper` is 0.
 pub const ROOM_DEFAULT_TTL: Duration = Duration::from_secs(300);
 
@@ -213,6 +215,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `-workers`; 0 = one per core.
     pub workers: usize,
+    /// `-metrics-path`: where the public listener also answers with metrics (`/_room/metrics`
+    /// always does); `None` when turned off.
+    pub metrics_path: Option<String>,
     /// Source of each row of `SETTINGS`, by index.
     sources: Vec<Source>,
 }
@@ -288,6 +293,7 @@ impl Default for Config {
             demo: false,
             log_format: LogFormat::Text,
             workers: 0,
+            metrics_path: Some(DEFAULT_METRICS_PATH.to_string()),
             sources: vec![Source::Default; SETTINGS.len()],
         }
     }
@@ -313,6 +319,7 @@ impl fmt::Debug for Config {
             .field("demo", &self.demo)
             .field("log_format", &self.log_format)
             .field("workers", &self.workers)
+            .field("metrics_path", &self.metrics_path)
             .finish()
     }
 }
@@ -513,6 +520,14 @@ fn load_extras(
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
             _ => return Err(invalid(&text, &name, "must be text or json")),
+        };
+    }
+    if let Some((text, name)) = flag_or_env(flags, env, "metrics-path", "CONCERT_METRICS_PATH") {
+        config.metrics_path = match text.trim() {
+            "" | "off" => None,
+            path => {
+                Some(paths::parse_own_path(path).map_err(|reason| invalid(&text, &name, &reason))?)
+            }
         };
     }
     let max_workers = validate::MAX_WORKERS;

@@ -115,6 +115,47 @@ fn reserved_label(path: &str) -> &'static str {
         .unwrap_or(RESERVED_EXACT)
 }
 
+/// Checks a single path Concert answers itself outside the reserved prefixes (the metrics path):
+/// it must start with `/`, be normalised, and not sit on a reserved route, which already has
+/// its own answer. A trailing `/` is trimmed, since both forms are answered.
+pub fn parse_own_path(raw: &str) -> Result<String, String> {
+    if !raw.starts_with('/') {
+        return Err("must start with /".to_string());
+    }
+    if raw.len() > 1024 {
+        return Err("must be at most 1024 bytes".to_string());
+    }
+    if let Some(bad) = raw.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("contains {bad:?}"));
+    }
+    if raw.contains(['?', '#', '*']) {
+        return Err("must be a plain path (no ?, # or *)".to_string());
+    }
+    let trimmed = raw
+        .strip_suffix('/')
+        .filter(|p| !p.is_empty())
+        .unwrap_or(raw);
+    if trimmed == "/" {
+        return Err("/ would capture the home page".to_string());
+    }
+    match normalize_request_path(trimmed) {
+        Ok(Cow::Borrowed(_)) => {}
+        Ok(Cow::Owned(normal)) => {
+            return Err(format!(
+                "is not a normalised path (did you mean {normal:?}?)"
+            ));
+        }
+        Err(rejection) => return Err(rejection.to_string()),
+    }
+    if is_reserved_path(trimmed) {
+        return Err(format!(
+            "is the reserved path {}, which Concert answers already",
+            reserved_label(trimmed)
+        ));
+    }
+    Ok(trimmed.to_string())
+}
+
 /// A parsed path list; `as_str` is the canonical comma-joined form.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct PathList {

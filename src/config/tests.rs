@@ -580,6 +580,64 @@ fn extra_options() {
 }
 
 #[test]
+fn metrics_path_default_forms_and_precedence() {
+    let metrics =
+        |list: &[&str], vars: &[(&str, &str)]| load_with(list, vars).map(|c| c.metrics_path);
+    assert_eq!(metrics(&[], &[]).unwrap().as_deref(), Some("/metrics"));
+    assert_eq!(
+        metrics(&["-metrics-path=/internal/prom/"], &[])
+            .unwrap()
+            .as_deref(),
+        Some("/internal/prom")
+    );
+    assert_eq!(
+        metrics(&[], &[("CONCERT_METRICS_PATH", "/ops/metrics")])
+            .unwrap()
+            .as_deref(),
+        Some("/ops/metrics")
+    );
+    assert_eq!(
+        metrics(&["-metrics-path", "/m"], &[("CONCERT_METRICS_PATH", "off")])
+            .unwrap()
+            .as_deref(),
+        Some("/m")
+    );
+    assert_eq!(metrics(&["-metrics-path", "off"], &[]).unwrap(), None);
+    assert_eq!(metrics(&["-metrics-path", ""], &[]).unwrap(), None);
+    assert_eq!(
+        metrics(&[], &[("CONCERT_METRICS_PATH", "off")]).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn metrics_path_errors_name_the_flag_and_value() {
+    let refused = |list: &[&str], vars: &[(&str, &str)], name: &str, value: &str| {
+        let error = load_with(list, vars).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, ConfigError::Invalid(_)), "{message}");
+        assert!(message.contains(name), "{message}");
+        assert!(message.contains(&format!("{value:?}")), "{message}");
+    };
+    for value in [
+        "metrics",
+        "/",
+        "/a/../metrics",
+        "/queue/status",
+        "/_room/anything",
+        "/metrics?x=1",
+    ] {
+        refused(&["-metrics-path", value], &[], "-metrics-path", value);
+    }
+    refused(
+        &[],
+        &[("CONCERT_METRICS_PATH", "/_concert")],
+        "CONCERT_METRICS_PATH",
+        "/_concert",
+    );
+}
+
+#[test]
 fn file_layer_precedence_and_baseline() {
     let mut config = load_with(
         &["-cap", "7", "-reaper", "40s", "-abuse-cooldown", "4m"],
