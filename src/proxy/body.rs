@@ -25,6 +25,9 @@ pin_project_lite::pin_project! {
         inner: Incoming,
         hold: Option<SlotHold>,
         lease: Option<Lease>,
+        // The origin's failure, reported one poll late so hyper flushes what it holds first
+        // (as the direct path's body does).
+        failure: Option<hyper::Error>,
     }
 }
 
@@ -37,7 +40,12 @@ impl HeldBody {
         {
             lease.give_back();
         }
-        HeldBody { inner, hold, lease }
+        HeldBody {
+            inner,
+            hold,
+            lease,
+            failure: None,
+        }
     }
 }
 
@@ -50,15 +58,20 @@ impl Body for HeldBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let mut this = self.project();
+        if let Some(err) = this.failure.take() {
+            return Poll::Ready(Some(Err(err)));
+        }
         let polled = this.inner.as_mut().poll_frame(cx);
-        let finished = match &polled {
+        let finished = match polled {
             Poll::Ready(None) => true,
             Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
             Poll::Ready(Some(Err(err))) => {
                 tracing::warn!(error = %err, "proxy: origin response body failed");
                 *this.hold = None;
                 *this.lease = None;
-                false
+                *this.failure = Some(err);
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             Poll::Pending => false,
         };
@@ -72,7 +85,7 @@ impl Body for HeldBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.failure.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

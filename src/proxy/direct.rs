@@ -433,6 +433,8 @@ pub(super) struct DirectBody {
     reusable: bool,
     pool: Arc<DirectPool>,
     hold: Option<SlotHold>,
+    /// A failure held back for one poll; see [`DirectBody::fail`].
+    failure: Option<io::Error>,
 }
 
 /// One decoding step's outcome.
@@ -455,6 +457,7 @@ impl DirectBody {
             reusable: reusable && answer.reusable,
             pool: Arc::clone(pool),
             hold,
+            failure: None,
         };
         match body.framing {
             // A body that is over before it starts may never be polled: give the connection
@@ -476,12 +479,23 @@ impl DirectBody {
         }
     }
 
-    fn fail(&mut self, err: io::Error) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+    /// The origin failed mid-body. The slot and the connection go at once, but the error is
+    /// reported one poll later: hyper drops the connection as soon as a body fails, and bytes
+    /// it has buffered but not yet written (the head, the last frame) would be lost with it.
+    /// Answering `Pending` first lets it flush them, so the client sees the status and the
+    /// body cut short rather than an empty reply. The framing stays as it was meanwhile, so
+    /// hyper cannot take the body for complete.
+    fn fail(
+        &mut self,
+        err: io::Error,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         tracing::warn!(error = %err, "proxy: origin response body failed");
         self.hold = None;
         self.conn = None;
-        self.framing = Framing::Empty;
-        Poll::Ready(Some(Err(err)))
+        self.failure = Some(err);
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
     /// Decodes what the buffer holds without reading.
@@ -604,9 +618,13 @@ impl hyper::body::Body for DirectBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = self.get_mut();
+        if let Some(err) = this.failure.take() {
+            this.framing = Framing::Empty;
+            return Poll::Ready(Some(Err(err)));
+        }
         loop {
             match this.step() {
-                Err(err) => return this.fail(err),
+                Err(err) => return this.fail(err, cx),
                 Ok(Step::Frame(frame)) => {
                     if this.framing == Framing::Empty {
                         this.hold = None;
@@ -630,13 +648,16 @@ impl hyper::body::Body for DirectBody {
                     return Poll::Ready(None);
                 }
                 Ok(0) => {
-                    return this.fail(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the origin closed the connection before the body ended",
-                    ));
+                    return this.fail(
+                        io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the origin closed the connection before the body ended",
+                        ),
+                        cx,
+                    );
                 }
                 Ok(_) => {}
-                Err(err) => return this.fail(err),
+                Err(err) => return this.fail(err, cx),
             }
         }
     }
