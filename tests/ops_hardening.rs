@@ -241,6 +241,33 @@ async fn metrics_are_prometheus_text() {
 }
 
 #[tokio::test]
+async fn a_request_body_that_cannot_be_decoded_is_the_clients_fault() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-bypass", "/hooks/*"]).await;
+    // Chunk sizes that are not hexadecimal, or chunks without their line end: the body cannot
+    // be decoded, so the client gets a 400 and the connection closes; never a 502.
+    let bodies: [&[u8]; 3] = [b"G\r\n", b"5\r\nhelloXX", b"zz\r\nab\r\n0\r\n\r\n"];
+    for path in ["/page", "/hooks/in"] {
+        for body in bodies {
+            let mut request =
+                format!("POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    .into_bytes();
+            request.extend_from_slice(body);
+            let answer = raw_exchange(concert.addr, &request, Duration::from_secs(3)).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 400 "),
+                "{path} {body:?}: {answer}"
+            );
+            assert!(
+                answer.to_ascii_lowercase().contains("connection: close"),
+                "{answer}"
+            );
+        }
+    }
+    assert!(room_empties(&concert).await);
+}
+
+#[tokio::test]
 async fn metrics_are_also_answered_at_the_prometheus_default_path() {
     let origin = origins::echo_origin();
     let concert = concert(&["-upstream", &origin.url(), "-cap", "7"]).await;

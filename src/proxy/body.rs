@@ -2,6 +2,8 @@
 //! guard, and the tunnel of an upgraded connection.
 
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -86,6 +88,54 @@ impl Body for HeldBody {
 
     fn is_end_stream(&self) -> bool {
         self.failure.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The client's request body on its way to the origin. It notes when the client's side
+    /// fails (a malformed chunked body, a connection cut mid-body), so that the failed
+    /// exchange is answered as the client's fault (400) and not as the origin's (502).
+    pub(super) struct ClientBody<B> {
+        #[pin]
+        inner: B,
+        failed: Arc<AtomicBool>,
+    }
+}
+
+impl<B> ClientBody<B> {
+    /// The wrapped body and the flag it raises on failure.
+    pub(super) fn watch(inner: B) -> (ClientBody<B>, Arc<AtomicBool>) {
+        let failed = Arc::new(AtomicBool::new(false));
+        let body = ClientBody {
+            inner,
+            failed: Arc::clone(&failed),
+        };
+        (body, failed)
+    }
+}
+
+impl<B: Body> Body for ClientBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        if let Poll::Ready(Some(Err(_))) = &polled {
+            this.failed.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -24,6 +24,7 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -254,7 +255,8 @@ impl Proxy {
         // Boxed: this path's future is several times the direct one's, and every request's
         // future would otherwise carry (and move) room for it. Only this path needs the body,
         // so only it pays for boxing it.
-        let body = Body::new(body);
+        let (body, client_body_failed) = body::ClientBody::watch(body);
+        let body = (Body::new(body), client_body_failed);
         Box::pin(self.forward_general(parts, body, upgrade, client_upgrade, ctx, hold)).await
     }
 
@@ -262,7 +264,7 @@ impl Proxy {
     async fn forward_general(
         &self,
         parts: http::request::Parts,
-        body: Body,
+        (body, client_body_failed): (Body, Arc<AtomicBool>),
         upgrade: Option<HeaderValue>,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
         ctx: ForwardContext<'_>,
@@ -316,6 +318,10 @@ impl Proxy {
         };
         let (mut response, lease) = match self.within_header_timeout(sent).await {
             Ok(answered) => answered,
+            Err(failure) if client_body_failed.load(Ordering::Relaxed) => {
+                tracing::debug!(error = %failure, "proxy: the client's request body failed");
+                return bad_request_body();
+            }
             Err(failure) => return upstream_failed(&method, &ctx, &failure),
         };
 
@@ -466,6 +472,16 @@ fn plain_response(status: StatusCode, text: &'static str) -> Response<Body> {
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(PLAIN_TEXT));
+    response
+}
+
+/// The client's request body broke off or could not be decoded before the origin answered.
+/// hyper closes the connection after it, as the rest of the stream cannot be trusted.
+fn bad_request_body() -> Response<Body> {
+    let mut response = plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 

@@ -1,0 +1,292 @@
+//! Random, mostly malformed HTTP/1 traffic against the real server: whatever arrives, Concert
+//! answers with something below 500 (or closes the connection), never panics, and gives every
+//! slot back.
+
+mod support;
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use support::origins;
+use support::*;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+const ADMIN_TOKEN: &str = "garbage-test-admin-token";
+
+/// One request as raw parts; the header block and body may contradict each other on purpose.
+#[derive(Debug, Clone)]
+struct RawRequest {
+    method: String,
+    target: String,
+    version: String,
+    headers: Vec<(String, Vec<u8>)>,
+    body: Vec<u8>,
+}
+
+impl RawRequest {
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(self.method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.target.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.version.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        for (name, value) in &self.headers {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+/// Bytes that tend to break parsers: separators, escapes, controls, high bytes.
+fn nasty_text(max: usize) -> impl Strategy<Value = String> {
+    proptest::collection::vec(
+        prop_oneof![
+            4 => proptest::char::range('a', 'z').prop_map(String::from),
+            1 => Just("%".to_string()),
+            1 => Just("%2e".to_string()),
+            1 => Just("%2F".to_string()),
+            1 => Just("%00".to_string()),
+            1 => Just("..".to_string()),
+            1 => Just("/".to_string()),
+            1 => Just("\\".to_string()),
+            1 => Just(";".to_string()),
+            1 => Just(",".to_string()),
+            1 => Just("=".to_string()),
+            1 => Just(" ".to_string()),
+            1 => Just("\"".to_string()),
+            1 => Just("é".to_string()),
+            1 => Just("\u{7f}".to_string()),
+            1 => Just("\t".to_string()),
+        ],
+        0..max,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+fn method() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => Just("GET".to_string()),
+        2 => Just("POST".to_string()),
+        1 => Just("HEAD".to_string()),
+        1 => Just("PUT".to_string()),
+        1 => Just("DELETE".to_string()),
+        1 => Just("OPTIONS".to_string()),
+        1 => Just("CONNECT".to_string()),
+        1 => Just("TRACE".to_string()),
+        1 => "[A-Z]{1,12}",
+        1 => nasty_text(8),
+    ]
+}
+
+fn target() -> impl Strategy<Value = String> {
+    let base = prop_oneof![
+        Just("/"),
+        Just("/queue/status"),
+        Just("/_room/stats"),
+        Just("/_room/cap"),
+        Just("/_room/abuse"),
+        Just("/_room/metrics"),
+        Just("/metrics"),
+        Just("/_concert/"),
+        Just("/favicon.ico"),
+        Just("/static/"),
+        Just("/events"),
+        Just("/hooks/"),
+        Just("*"),
+        Just("http://127.0.0.1/"),
+        Just(""),
+    ];
+    (base, nasty_text(24), proptest::option::of(nasty_text(12))).prop_map(|(base, tail, query)| {
+        match query {
+            Some(query) => format!("{base}{tail}?{query}"),
+            None => format!("{base}{tail}"),
+        }
+    })
+}
+
+fn version() -> impl Strategy<Value = String> {
+    prop_oneof![
+        8 => Just("HTTP/1.1".to_string()),
+        2 => Just("HTTP/1.0".to_string()),
+        1 => Just("HTTP/2.0".to_string()),
+        1 => Just("HTTP/9.9".to_string()),
+        1 => Just("http/1.1".to_string()),
+        1 => Just(String::new()),
+    ]
+}
+
+fn header() -> impl Strategy<Value = (String, Vec<u8>)> {
+    let value = || nasty_text(40).prop_map(String::into_bytes);
+    prop_oneof![
+        3 => value().prop_map(|v| ("Host".to_string(), v)),
+        3 => (nasty_text(30), nasty_text(30)).prop_map(|(ticket, pass)| {
+            let cookie = format!("room_ticket={ticket}; concert_admit={pass}; room_probe={ticket}");
+            ("Cookie".to_string(), cookie.into_bytes())
+        }),
+        2 => value().prop_map(|v| ("Cookie".to_string(), v)),
+        2 => value().prop_map(|v| ("X-Forwarded-For".to_string(), v)),
+        1 => Just(("X-Forwarded-For".to_string(), "1.2.3.4, ".repeat(300).into_bytes())),
+        2 => prop_oneof![
+            Just("text/html".to_string()),
+            Just("application/json".to_string()),
+            Just("*/*".to_string()),
+            nasty_text(20),
+        ]
+        .prop_map(|v| ("Accept".to_string(), v.into_bytes())),
+        2 => prop_oneof![
+            Just("0".to_string()),
+            Just("3".to_string()),
+            Just("-1".to_string()),
+            Just("99999999999999999999999".to_string()),
+            Just("3, 4".to_string()),
+            nasty_text(6),
+        ]
+        .prop_map(|v| ("Content-Length".to_string(), v.into_bytes())),
+        1 => prop_oneof![
+            Just("chunked".to_string()),
+            Just("gzip, chunked".to_string()),
+            Just("chunked, gzip".to_string()),
+            nasty_text(10),
+        ]
+        .prop_map(|v| ("Transfer-Encoding".to_string(), v.into_bytes())),
+        1 => prop_oneof![
+            Just(format!("Bearer {ADMIN_TOKEN}")),
+            Just("Bearer wrong".to_string()),
+            nasty_text(20),
+        ]
+        .prop_map(|v| ("Authorization".to_string(), v.into_bytes())),
+        1 => prop_oneof![Just("websocket".to_string()), Just("h2c".to_string()), nasty_text(8)]
+            .prop_map(|v| ("Upgrade".to_string(), v.into_bytes())),
+        1 => prop_oneof![Just("close".to_string()), Just("upgrade".to_string()), nasty_text(8)]
+            .prop_map(|v| ("Connection".to_string(), v.into_bytes())),
+        1 => prop_oneof![Just("100-continue".to_string()), nasty_text(8)]
+            .prop_map(|v| ("Expect".to_string(), v.into_bytes())),
+        1 => (nasty_text(12), value()),
+        1 => proptest::collection::vec(any::<u8>(), 0..24).prop_map(|v| ("X-Raw".to_string(), v)),
+    ]
+}
+
+fn request() -> impl Strategy<Value = RawRequest> {
+    (
+        method(),
+        target(),
+        version(),
+        proptest::collection::vec(header(), 0..8),
+        prop_oneof![
+            3 => proptest::collection::vec(any::<u8>(), 0..16),
+            // A second request riding in the first one's body, or after it.
+            1 => Just(b"GET /_room/stats HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
+            1 => Just(b"0\r\n\r\nGET / HTTP/1.1\r\n\r\n".to_vec()),
+        ],
+    )
+        .prop_map(|(method, target, version, headers, body)| RawRequest {
+            method,
+            target,
+            version,
+            headers,
+            body,
+        })
+}
+
+/// The status of the first answer on the connection, or `None` when it was closed (or stayed
+/// silent for the wait) without one.
+async fn first_status(addr: std::net::SocketAddr, bytes: &[u8]) -> Option<u16> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    stream.write_all(bytes).await.ok()?;
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 512];
+    let read_line = async {
+        while !answer.windows(2).any(|w| w == b"\r\n") {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), read_line).await;
+    let line = String::from_utf8_lossy(&answer);
+    line.strip_prefix("HTTP/1.1 ")
+        .or_else(|| line.strip_prefix("HTTP/1.0 "))
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+}
+
+#[test]
+fn random_and_malformed_requests_never_get_a_5xx_or_leak_a_slot() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (origin, concert) = runtime.block_on(async {
+        let origin = origins::fast_origin();
+        let concert = concert_with_env(
+            &[
+                "-upstream",
+                &origin.url(),
+                "-cap",
+                "4",
+                "-bypass",
+                "/favicon.ico,/hooks/*",
+                "-assets",
+                "/static/*",
+                "-stream-paths",
+                "/events",
+                // Strikes are counted but never add up to a ban, so every case reaches the
+                // stage it aims at.
+                "-abuse-strikes",
+                "2000000000",
+            ],
+            &[("CONCERT_ADMIN_TOKEN", ADMIN_TOKEN)],
+        )
+        .await;
+        (origin, concert)
+    });
+    let addr = concert.addr;
+    let mut runner = TestRunner::new(Config {
+        // More with GARBAGE_CASES=N when hunting.
+        cases: std::env::var("GARBAGE_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(256),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&request(), |raw| {
+        let status = runtime.block_on(first_status(addr, &raw.to_bytes()));
+        match status {
+            Some(code) if code >= 500 => Err(TestCaseError::fail(format!(
+                "{code} for {:?}",
+                String::from_utf8_lossy(&raw.to_bytes())
+            ))),
+            _ => Ok(()),
+        }
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+    runtime.block_on(async {
+        let health = plain_client()
+            .get(url(&concert, "/_room/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), 200);
+        assert!(
+            room_empties(&concert).await,
+            "occupancy {}",
+            concert.app.room.stats().occupancy
+        );
+        // The traffic did reach the origin, so the cases went past the front door.
+        assert!(origin.hits() > 0);
+    });
+}
