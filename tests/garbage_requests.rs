@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -12,6 +13,7 @@ use support::origins;
 use support::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 
 const ADMIN_TOKEN: &str = "garbage-test-admin-token";
 
@@ -198,8 +200,8 @@ fn request() -> impl Strategy<Value = RawRequest> {
 }
 
 /// The status of the first answer on the connection, or `None` when it was closed (or stayed
-/// silent for the wait) without one.
-async fn first_status(addr: std::net::SocketAddr, bytes: &[u8]) -> Option<u16> {
+/// silent for `wait`) without one.
+async fn first_status(addr: std::net::SocketAddr, bytes: &[u8], wait: Duration) -> Option<u16> {
     let mut stream = TcpStream::connect(addr).await.ok()?;
     stream.write_all(bytes).await.ok()?;
     let mut answer = Vec::new();
@@ -212,7 +214,7 @@ async fn first_status(addr: std::net::SocketAddr, bytes: &[u8]) -> Option<u16> {
             }
         }
     };
-    let _ = tokio::time::timeout(Duration::from_secs(2), read_line).await;
+    let _ = tokio::time::timeout(wait, read_line).await;
     let line = String::from_utf8_lossy(&answer);
     line.strip_prefix("HTTP/1.1 ")
         .or_else(|| line.strip_prefix("HTTP/1.0 "))
@@ -220,38 +222,36 @@ async fn first_status(addr: std::net::SocketAddr, bytes: &[u8]) -> Option<u16> {
         .and_then(|code| code.parse().ok())
 }
 
-#[test]
-fn random_and_malformed_requests_never_get_a_5xx_or_leak_a_slot() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    let (origin, concert) = runtime.block_on(async {
-        let origin = origins::fast_origin();
-        let concert = concert_with_env(
-            &[
-                "-upstream",
-                &origin.url(),
-                "-cap",
-                "4",
-                "-bypass",
-                "/favicon.ico,/hooks/*",
-                "-assets",
-                "/static/*",
-                "-stream-paths",
-                "/events",
-                // Strikes are counted but never add up to a ban, so every case reaches the
-                // stage it aims at.
-                "-abuse-strikes",
-                "2000000000",
-            ],
-            &[("CONCERT_ADMIN_TOKEN", ADMIN_TOKEN)],
-        )
-        .await;
-        (origin, concert)
-    });
-    let addr = concert.addr;
+        .unwrap()
+}
+
+/// Starts Concert with every stage configured, plus `extra` flags.
+async fn concert_with_every_stage(upstream: &str, extra: &[&str]) -> concert::Running {
+    let mut args = vec![
+        "-upstream",
+        upstream,
+        "-bypass",
+        "/favicon.ico,/hooks/*",
+        "-assets",
+        "/static/*",
+        "-stream-paths",
+        "/events",
+        // Strikes are counted but never add up to a ban, so every case reaches the stage it
+        // aims at.
+        "-abuse-strikes",
+        "2000000000",
+    ];
+    args.extend_from_slice(extra);
+    concert_with_env(&args, &[("CONCERT_ADMIN_TOKEN", ADMIN_TOKEN)]).await
+}
+
+/// Sends random requests; fails on the first answer of 500 or more.
+fn send_random_requests(runtime: &tokio::runtime::Runtime, addr: std::net::SocketAddr) {
     let mut runner = TestRunner::new(Config {
         // More with GARBAGE_CASES=N when hunting.
         cases: std::env::var("GARBAGE_CASES")
@@ -262,7 +262,7 @@ fn random_and_malformed_requests_never_get_a_5xx_or_leak_a_slot() {
         ..Config::default()
     });
     let result = runner.run(&request(), |raw| {
-        let status = runtime.block_on(first_status(addr, &raw.to_bytes()));
+        let status = runtime.block_on(first_status(addr, &raw.to_bytes(), Duration::from_secs(2)));
         match status {
             Some(code) if code >= 500 => Err(TestCaseError::fail(format!(
                 "{code} for {:?}",
@@ -274,6 +274,17 @@ fn random_and_malformed_requests_never_get_a_5xx_or_leak_a_slot() {
     if let Err(failure) = result {
         panic!("{failure}");
     }
+}
+
+#[test]
+fn random_and_malformed_requests_never_get_a_5xx_or_leak_a_slot() {
+    let runtime = runtime();
+    let (origin, concert) = runtime.block_on(async {
+        let origin = origins::fast_origin();
+        let concert = concert_with_every_stage(&origin.url(), &["-cap", "4"]).await;
+        (origin, concert)
+    });
+    send_random_requests(&runtime, concert.addr);
     runtime.block_on(async {
         let health = plain_client()
             .get(url(&concert, "/_room/healthz"))
@@ -288,5 +299,51 @@ fn random_and_malformed_requests_never_get_a_5xx_or_leak_a_slot() {
         );
         // The traffic did reach the origin, so the cases went past the front door.
         assert!(origin.hits() > 0);
+    });
+}
+
+#[test]
+fn random_and_malformed_requests_meet_a_full_room_without_a_5xx() {
+    let runtime = runtime();
+    let release = Arc::new(Notify::new());
+    let (_origin, concert, holder) = runtime.block_on(async {
+        let gate = Arc::clone(&release);
+        // `/hold` waits for the test; everything else (bypass, assets) is answered at once.
+        let origin = origins::origin_with(move |req, _| {
+            let gate = Arc::clone(&gate);
+            async move {
+                if req.uri().path() == "/hold" {
+                    gate.notified().await;
+                }
+                origins::text("ok")
+            }
+        });
+        // No line limit: a full line's 503 for API clients is an answer, not a failure.
+        let concert =
+            concert_with_every_stage(&origin.url(), &["-cap", "1", "-max-queue", "0"]).await;
+        // A raw connection, so no client timeout gives the slot up during a long hunt.
+        let holder = tokio::spawn(first_status(
+            concert.addr,
+            b"GET /hold HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n\r\n",
+            Duration::from_secs(600),
+        ));
+        assert!(
+            eventually(Duration::from_secs(3), || concert
+                .app
+                .room
+                .stats()
+                .occupancy
+                == 1)
+            .await
+        );
+        (origin, concert, holder)
+    });
+    send_random_requests(&runtime, concert.addr);
+    runtime.block_on(async {
+        let stats = concert.app.room.stats();
+        assert_eq!(stats.occupancy, 1, "the holder keeps the only slot");
+        assert!(stats.queue_depth > 0, "the cases joined the line");
+        release.notify_waiters();
+        assert_eq!(holder.await.unwrap(), Some(200));
     });
 }
