@@ -704,7 +704,10 @@ mod tests {
         heads: Arc<Mutex<Vec<String>>>,
     }
 
-    async fn scripted_origin(answers: Vec<&'static [u8]>, piece: usize) -> ScriptedOrigin {
+    async fn scripted_origin<A>(answers: Vec<A>, piece: usize) -> ScriptedOrigin
+    where
+        A: AsRef<[u8]> + Clone + Send + Sync + 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let origin = ScriptedOrigin {
             addr: listener.local_addr().unwrap().to_string(),
@@ -729,6 +732,7 @@ mod tests {
                         };
                         requests.fetch_add(1, Ordering::SeqCst);
                         heads.lock().push(head);
+                        let answer = answer.as_ref();
                         for part in answer.chunks(piece) {
                             if stream.write_all(part).await.is_err() {
                                 return;
@@ -1029,6 +1033,115 @@ mod tests {
                 }
                 assert_eq!(origin.accepted.load(Ordering::SeqCst), 1);
             }
+        }
+    }
+
+    /// A response carrying `body`, framed by length or as chunks of the given sizes (hex
+    /// digits in either case, zero-padded, with extensions and a trailer when asked).
+    fn framed_answer(body: &[u8], chunking: &Option<ChunkStyle>) -> Vec<u8> {
+        let Some(style) = chunking else {
+            let mut out =
+                format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+            out.extend_from_slice(body);
+            return out;
+        };
+        let mut out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        let mut rest = body;
+        for (index, size) in style.sizes.iter().cycle().enumerate() {
+            if rest.is_empty() {
+                break;
+            }
+            let size = (*size).clamp(1, rest.len());
+            let hex = format!("{:0width$x}", size, width = style.pad);
+            let hex = if index % 2 == 1 && style.upper {
+                hex.to_uppercase()
+            } else {
+                hex
+            };
+            out.extend_from_slice(hex.as_bytes());
+            if style.extensions {
+                out.extend_from_slice(b";name=\"v;1\"");
+            }
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(&rest[..size]);
+            out.extend_from_slice(b"\r\n");
+            rest = &rest[size..];
+        }
+        out.extend_from_slice(b"0\r\n");
+        if style.trailer {
+            out.extend_from_slice(b"x-check: done\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+
+    #[derive(Debug, Clone)]
+    struct ChunkStyle {
+        sizes: Vec<usize>,
+        pad: usize,
+        upper: bool,
+        extensions: bool,
+        trailer: bool,
+    }
+
+    fn chunk_style() -> impl proptest::strategy::Strategy<Value = Option<ChunkStyle>> {
+        use proptest::prelude::*;
+        proptest::option::of(
+            (
+                proptest::collection::vec(1usize..700, 1..6),
+                1usize..5,
+                any::<bool>(),
+                any::<bool>(),
+                any::<bool>(),
+            )
+                .prop_map(|(sizes, pad, upper, extensions, trailer)| ChunkStyle {
+                    sizes,
+                    pad,
+                    upper,
+                    extensions,
+                    trailer,
+                }),
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 48,
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// Any body, framed either way, cut into pieces of any size, comes out whole, twice
+        /// over one connection (so the first left it exactly at the message boundary).
+        #[test]
+        fn any_framed_body_decodes_whole_however_it_arrives(
+            body in proptest::prop_oneof![
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2500),
+            ],
+            chunking in chunk_style(),
+            // The origin pauses between pieces, so their number (not their size) is bounded.
+            pieces in 1usize..40,
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let answer = Arc::<[u8]>::from(framed_answer(&body, &chunking));
+                let piece = answer.len().div_ceil(pieces);
+                let origin = scripted_origin(vec![answer.clone(), answer], piece).await;
+                let pool = Arc::new(DirectPool::new(&origin.addr, LIMITS));
+                for round in 0..2 {
+                    let (status, _, decoded) = fetch(&pool, Method::GET).await.unwrap();
+                    let (data, trailers) = decoded.unwrap();
+                    assert_eq!(status, StatusCode::OK);
+                    assert!(data == body, "round {round}: {} bytes, not {}", data.len(), body.len());
+                    let wants_trailer = chunking.as_ref().is_some_and(|style| style.trailer);
+                    assert_eq!(
+                        trailers.is_some_and(|map| map.get("x-check").is_some()),
+                        wants_trailer
+                    );
+                }
+                assert_eq!(origin.accepted.load(Ordering::SeqCst), 1);
+            });
         }
     }
 
