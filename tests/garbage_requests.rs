@@ -347,3 +347,145 @@ fn random_and_malformed_requests_meet_a_full_room_without_a_5xx() {
         assert_eq!(holder.await.unwrap(), Some(200));
     });
 }
+
+/// A response as an origin might garble it: any status line, headers that may contradict each
+/// other, a body that may not match them, and sometimes bare `\n` line ends.
+fn origin_answer() -> impl Strategy<Value = Vec<u8>> {
+    let status = prop_oneof![
+        4 => Just("HTTP/1.1 200 OK"),
+        1 => Just("HTTP/1.0 200 OK"),
+        1 => Just("HTTP/1.1 204 No Content"),
+        1 => Just("HTTP/1.1 304 Not Modified"),
+        1 => Just("HTTP/1.1 404 Not Found"),
+        1 => Just("HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\nHTTP/1.1 200 OK"),
+        1 => Just("HTTP/1.1 101 Switching Protocols"),
+        1 => Just("HTTP/1.1 999 Odd"),
+        1 => Just("HTTP/1.1 20 Short"),
+        1 => Just("HTTP/2 200"),
+        1 => Just("ICY 200 OK"),
+        1 => Just(""),
+    ];
+    let name = prop_oneof![
+        Just("content-length".to_string()),
+        Just("transfer-encoding".to_string()),
+        Just("connection".to_string()),
+        Just("set-cookie".to_string()),
+        Just("x-priority-grant".to_string()),
+        Just("upgrade".to_string()),
+        nasty_text(10),
+    ];
+    let value = prop_oneof![
+        Just("chunked".to_string()),
+        Just("close".to_string()),
+        Just("5".to_string()),
+        Just("0".to_string()),
+        Just("-3".to_string()),
+        Just("room_ticket=x; Path=/".to_string()),
+        nasty_text(16),
+    ];
+    let body = prop_oneof![
+        Just(b"hello".to_vec()),
+        Just(b"5\r\nhello\r\n0\r\n\r\n".to_vec()),
+        Just(b"zz\r\nhello\r\n".to_vec()),
+        proptest::collection::vec(any::<u8>(), 0..64),
+    ];
+    (
+        status,
+        proptest::collection::vec((name, value), 0..5),
+        body,
+        any::<bool>(),
+    )
+        .prop_map(|(status, headers, body, bare_newlines)| {
+            let end = if bare_newlines { "\n" } else { "\r\n" };
+            let mut out = format!("{status}{end}");
+            for (name, value) in headers {
+                out.push_str(&format!("{name}: {value}{end}"));
+            }
+            out.push_str(end);
+            let mut out = out.into_bytes();
+            out.extend_from_slice(&body);
+            out
+        })
+}
+
+/// An origin that answers every request with the current script, then closes.
+async fn scripted_origin(script: Arc<parking_lot::Mutex<Vec<u8>>>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let answer = script.lock().clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let _ = stream.write_all(&answer).await;
+                // Whatever body the request carried, read before closing, so the close is a
+                // clean end and not a reset.
+                let mut rest = [0u8; 256];
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(20), stream.read(&mut rest)).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn whatever_an_origin_answers_concert_relays_or_says_502_and_frees_the_slot() {
+    let runtime = runtime();
+    let script = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let concert = runtime.block_on(async {
+        let upstream = scripted_origin(Arc::clone(&script)).await;
+        concert(&["-upstream", &upstream, "-cap", "1"]).await
+    });
+    let addr = concert.addr;
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("GARBAGE_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(128),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let requests: [&[u8]; 2] = [
+        b"GET /page HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n\r\n",
+        b"POST /form HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
+    ];
+    let result = runner.run(&(origin_answer(), 0..2usize), |(answer, which)| {
+        *script.lock() = answer.clone();
+        let status = runtime.block_on(first_status(addr, requests[which], Duration::from_secs(3)));
+        let shown = String::from_utf8_lossy(&answer).into_owned();
+        // Concert's own failure would be a 500; the origin's is a 502 (or whatever it sent).
+        // Either way the client hears something.
+        if status.is_none() || status == Some(500) {
+            return Err(TestCaseError::fail(format!(
+                "{status:?} for origin answer {shown:?}"
+            )));
+        }
+        // Cap 1: the one slot must come back after every answer, good or broken.
+        let freed = runtime.block_on(room_empties(&concert));
+        if !freed {
+            return Err(TestCaseError::fail(format!(
+                "slot kept after origin answer {shown:?} (status {status:?})"
+            )));
+        }
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+    runtime.block_on(async {
+        let health = plain_client()
+            .get(url(&concert, "/_room/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), 200);
+    });
+}

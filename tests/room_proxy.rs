@@ -203,6 +203,32 @@ async fn an_origin_gone_mid_body_gives_the_slot_back() {
 }
 
 #[tokio::test]
+async fn a_length_beside_a_transfer_coding_never_reaches_the_client() {
+    // The transfer coding frames the body (here: until the origin closes), so the length is
+    // dropped, valid or not, on both ways to the origin.
+    let answers: [&'static [u8]; 2] = [
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 3\r\n\r\nhello-all",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: -3\r\n\r\nhello-all",
+    ];
+    for answer in answers {
+        let upstream = origin_hanging_up_with(answer, Duration::ZERO).await;
+        let concert = concert(&["-upstream", &upstream]).await;
+        let client = plain_client();
+        for request in [
+            client.get(url(&concert, "/page")),
+            client.post(url(&concert, "/form")).body("hi"),
+        ] {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            assert!(response.headers().get("content-length").is_none());
+            assert!(response.headers().get("transfer-encoding").is_some());
+            assert_eq!(response.text().await.unwrap(), "hello-all");
+        }
+        assert!(room_empties(&concert).await);
+    }
+}
+
+#[tokio::test]
 async fn sse_flows_through_the_room() {
     let origin = origins::sse_origin();
     let concert = concert(&["-upstream", &origin.url()]).await;
