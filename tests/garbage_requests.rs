@@ -1,6 +1,8 @@
-//! Random, mostly malformed HTTP/1 traffic against the real server: whatever arrives, Concert
-//! answers with something below 500 (or closes the connection), never panics, and gives every
-//! slot back.
+//! Random traffic against the real server, from both sides. Whatever a client sends, Concert
+//! answers below 500 (or closes the connection), never panics and gives every slot back; well
+//! formed requests pipelined on one connection are each answered once, in order; whatever an
+//! origin answers, the client hears something, never a 500, and the slot comes back.
+//! `GARBAGE_CASES=N` runs more cases when hunting.
 
 mod support;
 
@@ -253,7 +255,6 @@ async fn concert_with_every_stage(upstream: &str, extra: &[&str]) -> concert::Ru
 /// Sends random requests; fails on the first answer of 500 or more.
 fn send_random_requests(runtime: &tokio::runtime::Runtime, addr: std::net::SocketAddr) {
     let mut runner = TestRunner::new(Config {
-        // More with GARBAGE_CASES=N when hunting.
         cases: std::env::var("GARBAGE_CASES")
             .ok()
             .and_then(|n| n.parse().ok())
@@ -488,4 +489,132 @@ fn whatever_an_origin_answers_concert_relays_or_says_502_and_frees_the_slot() {
             .unwrap();
         assert_eq!(health.status(), 200);
     });
+}
+
+/// A well-formed request to a page or a bypass path: bodiless, with a length, or chunked (extensions,
+/// trailers), its body full of text that looks like requests.
+fn valid_request() -> impl Strategy<Value = Vec<u8>> {
+    let body = prop_oneof![
+        Just(b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
+        Just(b"0\r\n\r\n".to_vec()),
+        proptest::collection::vec(any::<u8>(), 0..200),
+    ];
+    let chunk_sizes = proptest::collection::vec(1usize..40, 1..4);
+    let kind = 0..4usize;
+    (kind, body, chunk_sizes, nasty_text(10), any::<bool>()).prop_map(
+        |(kind, body, sizes, tail, gated)| {
+            let tail: String = tail.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+            // Through the room (a page slot each) or a bypass rule.
+            let path = if gated {
+                format!("/p/{tail}")
+            } else {
+                format!("/hooks/{tail}")
+            };
+            let mut out = Vec::new();
+            match kind {
+                0 => out.extend_from_slice(
+                    format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+                ),
+                1 => out.extend_from_slice(
+                    format!("HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+                ),
+                2 => {
+                    let head = format!(
+                        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    out.extend_from_slice(head.as_bytes());
+                    out.extend_from_slice(&body);
+                }
+                _ => {
+                    let head = format!(
+                        "PUT {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    );
+                    out.extend_from_slice(head.as_bytes());
+                    let mut rest = body.as_slice();
+                    for size in sizes.iter().cycle() {
+                        if rest.is_empty() {
+                            break;
+                        }
+                        let take = (*size).min(rest.len());
+                        out.extend_from_slice(format!("{take:x};ext=1\r\n").as_bytes());
+                        out.extend_from_slice(&rest[..take]);
+                        out.extend_from_slice(b"\r\n");
+                        rest = &rest[take..];
+                    }
+                    out.extend_from_slice(b"0\r\nx-trailer: 1\r\n\r\n");
+                }
+            }
+            out
+        },
+    )
+}
+
+#[test]
+fn pipelined_well_formed_requests_are_each_answered_once_in_order() {
+    let runtime = runtime();
+    let (origin, concert) = runtime.block_on(async {
+        let origin = origins::echo_origin();
+        let concert = concert(&["-upstream", &origin.url(), "-bypass", "/hooks/*"]).await;
+        (origin, concert)
+    });
+    let addr = concert.addr;
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("GARBAGE_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(64),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (proptest::collection::vec(valid_request(), 1..5), 1usize..4);
+    let result = runner.run(&strategy, |(requests, pieces)| {
+        let mut stream_bytes: Vec<u8> = requests.concat();
+        stream_bytes.extend_from_slice(b"GET /hooks/last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let before = origin.hits();
+        let answer = runtime.block_on(async {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            for piece in stream_bytes.chunks(stream_bytes.len().div_ceil(pieces)) {
+                stream.write_all(piece).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+            String::from_utf8_lossy(&answer).into_owned()
+        });
+        let expected = requests.len() + 1;
+        let answered = answer.matches("HTTP/1.1 200 OK\r\n").count();
+        // Every request reached the origin once: nothing smuggled, nothing lost.
+        let reached = origin.hits() - before;
+        // The echoed paths come back in the order sent (HEAD answers carry no body).
+        let request_lines = requests
+            .iter()
+            .map(|request| request.as_slice())
+            .chain([b"GET /hooks/last HTTP/1.1".as_slice()]);
+        let sent_paths: Vec<String> = request_lines
+            .filter_map(|request| {
+                let line = request.split(|&b| b == b'\r').next()?;
+                let mut words = std::str::from_utf8(line).ok()?.split(' ');
+                let method = words.next()?;
+                let path = words.next()?;
+                (method != "HEAD").then(|| path.to_string())
+            })
+            .collect();
+        let echoed: Vec<String> = answer
+            .split("\"path\":\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .map(str::to_string)
+            .collect();
+        if answered != expected || reached != expected as u64 || echoed != sent_paths {
+            return Err(TestCaseError::fail(format!(
+                "{answered} answers and {reached} origin hits for {expected} requests: {:?}\n{answer}",
+                String::from_utf8_lossy(&stream_bytes)
+            )));
+        }
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
 }
