@@ -360,6 +360,7 @@ fn origin_answer() -> impl Strategy<Value = Vec<u8>> {
         1 => Just("HTTP/1.1 404 Not Found"),
         1 => Just("HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\nHTTP/1.1 200 OK"),
         1 => Just("HTTP/1.1 101 Switching Protocols"),
+        1 => Just("HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade"),
         1 => Just("HTTP/1.1 999 Odd"),
         1 => Just("HTTP/1.1 20 Short"),
         1 => Just("HTTP/2 200"),
@@ -382,6 +383,8 @@ fn origin_answer() -> impl Strategy<Value = Vec<u8>> {
         Just("0".to_string()),
         Just("-3".to_string()),
         Just("room_ticket=x; Path=/".to_string()),
+        Just("websocket".to_string()),
+        Just("upgrade".to_string()),
         nasty_text(16),
     ];
     let body = prop_oneof![
@@ -454,11 +457,12 @@ fn whatever_an_origin_answers_concert_relays_or_says_502_and_frees_the_slot() {
         failure_persistence: None,
         ..Config::default()
     });
-    let requests: [&[u8]; 2] = [
+    let requests: [&[u8]; 3] = [
         b"GET /page HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n\r\n",
         b"POST /form HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
     ];
-    let result = runner.run(&(origin_answer(), 0..2usize), |(answer, which)| {
+    let result = runner.run(&(origin_answer(), 0..3usize), |(answer, which)| {
         *script.lock() = answer.clone();
         let status = runtime.block_on(first_status(addr, requests[which], Duration::from_secs(3)));
         let shown = String::from_utf8_lossy(&answer).into_owned();
