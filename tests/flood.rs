@@ -1,5 +1,5 @@
 //! A bounded flood against a slow origin: every client gets an answer, none is reset or left
-//! hanging, and the origin never sees more than its cap.
+//! hanging, the origin never sees more than its cap, and the real binary stays small.
 
 mod support;
 
@@ -114,4 +114,128 @@ async fn two_hundred_patient_visitors_all_get_in_without_the_origin_passing_its_
     );
     assert_eq!(concert.app.room.stats().occupancy, 0);
     assert_eq!(concert.app.room.stats().live_queue_depth, 0);
+}
+
+/// A figure from `/proc/<pid>/status`, in KiB (`VmRSS`, `VmHWM`).
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// Stops the child on every ending of the test.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Status code of a one-request connection, or the error that ended it.
+async fn one_request(addr: std::net::SocketAddr, path: &str, accept: &str) -> Result<u16, String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("no status line in {:?}", answer.get(..64)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_clients_at_once_leave_the_real_binary_small() {
+    let origin = origins::slow_origin(Duration::from_millis(50));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_concert"))
+        .args(["-listen", &addr.to_string(), "-upstream", &origin.url()])
+        .args([
+            "-cap",
+            "8",
+            "-max-queue",
+            "0",
+            "-access-log=false",
+            "-data-dir=",
+        ])
+        .args(["-workers", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = Child(child);
+    let pid = child.0.id();
+    let healthy = eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    })
+    .await;
+    assert!(healthy, "listening");
+    assert_eq!(one_request(addr, "/warm-up", "*/*").await, Ok(200));
+    let settled_kib = proc_status_kib(pid, "VmRSS");
+
+    let clients = 3000;
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| {
+            let accept = if i % 2 == 0 {
+                "text/html"
+            } else {
+                "application/json"
+            };
+            let path = format!("/flood/{i}");
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_secs(60), one_request(addr, &path, accept))
+                    .await
+                    .unwrap_or_else(|_| Err("no answer within 60 s".to_string()))
+            })
+        })
+        .collect();
+    let mut answers = std::collections::BTreeMap::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(status) => *answers.entry(status).or_insert(0) += 1,
+            Err(failure) => panic!("a client was not answered: {failure}"),
+        }
+    }
+    // Proxied (200 "ok"), the waiting page (200) or queued JSON (429): nothing else.
+    assert!(
+        answers.keys().all(|status| [200, 429].contains(status)),
+        "{answers:?}"
+    );
+    assert!(
+        origin.max_concurrency() <= 8,
+        "origin saw {}",
+        origin.max_concurrency()
+    );
+    let peak_kib = proc_status_kib(pid, "VmHWM");
+    let after_kib = proc_status_kib(pid, "VmRSS");
+    eprintln!(
+        "{clients} clients: {answers:?}; RSS settled {settled_kib} KiB, peak {peak_kib} KiB, after {after_kib} KiB"
+    );
+    // Thousands of connections at once cost a bounded few KiB each, not a leak per request.
+    assert!(
+        peak_kib < settled_kib + 32 * 1024,
+        "peak {peak_kib} KiB from {settled_kib} KiB"
+    );
 }
