@@ -412,40 +412,15 @@ fn origin_answer() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
-/// An origin that answers every request with the current script, then closes.
-async fn scripted_origin(script: Arc<parking_lot::Mutex<Vec<u8>>>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let answer = script.lock().clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match stream.read(&mut byte).await {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
-                }
-                let _ = stream.write_all(&answer).await;
-                // Whatever body the request carried, read before closing, so the close is a
-                // clean end and not a reset.
-                let mut rest = [0u8; 256];
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(20), stream.read(&mut rest)).await;
-            });
-        }
-    });
-    format!("http://{addr}")
-}
-
 #[test]
 fn whatever_an_origin_answers_concert_relays_or_says_502_and_frees_the_slot() {
     let runtime = runtime();
     let script = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let concert = runtime.block_on(async {
-        let upstream = scripted_origin(Arc::clone(&script)).await;
+        let current = Arc::clone(&script);
+        // Answers every request with the current script, then closes.
+        let upstream =
+            origins::hanging_up_origin(move || current.lock().clone(), Duration::ZERO).await;
         concert(&["-upstream", &upstream, "-cap", "1"]).await
     });
     let addr = concert.addr;

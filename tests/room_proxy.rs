@@ -119,40 +119,10 @@ async fn dead_origin_is_a_502() {
 }
 
 /// A raw origin that answers every request with `answer` and then drops the connection, so a
-/// body announced longer than what was sent ends in the middle.
+/// body announced longer than what was sent ends in the middle. With a pause, the head and the
+/// start of the body arrive apart; without one, together with the close.
 async fn origin_hanging_up_with(answer: &'static [u8], pause: Duration) -> String {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match stream.read(&mut byte).await {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
-                }
-                // With a pause, the head and the start of the body arrive apart; without one,
-                // together with the close.
-                let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-                let _ = stream.write_all(&answer[..head_end]).await;
-                if !pause.is_zero() {
-                    tokio::time::sleep(pause).await;
-                }
-                let _ = stream.write_all(&answer[head_end..]).await;
-                // A request body left unread would make the close a reset, which may discard
-                // what the proxy has not read yet.
-                let mut rest = [0u8; 64];
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(20), stream.read(&mut rest)).await;
-                // Dropped here: the origin is gone mid-body.
-            });
-        }
-    });
-    format!("http://{addr}")
+    origins::hanging_up_origin(move || answer.to_vec(), pause).await
 }
 
 #[tokio::test]

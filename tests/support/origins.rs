@@ -463,3 +463,48 @@ pub fn dead_origin_addr() -> SocketAddr {
 pub fn dead_origin_url() -> String {
     format!("http://{}", dead_origin_addr())
 }
+
+/// A raw origin (no HTTP library), for answers no well-behaved server would send: it reads each
+/// request head, writes `answer()` and hangs up. With a `pause`, the answer's head goes first
+/// and the rest follows after the pause; without one, it all goes in one write.
+pub async fn hanging_up_origin<F>(answer: F, pause: Duration) -> String
+where
+    F: Fn() -> Vec<u8> + Send + Sync + 'static,
+{
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let answer = answer();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let head_end = answer
+                    .windows(4)
+                    .position(|w| w == b"\r\n\r\n")
+                    .map_or(answer.len(), |at| at + 4);
+                if pause.is_zero() {
+                    let _ = stream.write_all(&answer).await;
+                } else {
+                    let _ = stream.write_all(&answer[..head_end]).await;
+                    tokio::time::sleep(pause).await;
+                    let _ = stream.write_all(&answer[head_end..]).await;
+                }
+                // A request body left unread would make the close a reset, which may discard
+                // what the proxy has not read yet.
+                let mut rest = [0u8; 256];
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(20), stream.read(&mut rest)).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
