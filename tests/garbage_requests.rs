@@ -1,7 +1,8 @@
 //! Random traffic against the real server, from both sides. Whatever a client sends, Concert
 //! answers below 500 (or closes the connection), never panics and gives every slot back; well
 //! formed requests pipelined on one connection are each answered once, in order; whatever an
-//! origin answers, the client hears something, never a 500, and the slot comes back.
+//! origin answers, the client hears something, never a 500, and the slot comes back; and a
+//! crowd whose members walk away at any moment leaves no slot taken and the origin at its cap.
 //! `GARBAGE_CASES=N` runs more cases when hunting.
 
 mod support;
@@ -589,6 +590,115 @@ fn pipelined_well_formed_requests_are_each_answered_once_in_order() {
             return Err(TestCaseError::fail(format!(
                 "{answered} answers and {reached} origin hits for {expected} requests: {:?}\n{answer}",
                 String::from_utf8_lossy(&stream_bytes)
+            )));
+        }
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}
+
+/// One client's behaviour: what it sends, how long it lingers, and whether it waits for the
+/// answer or walks away.
+#[derive(Debug, Clone)]
+struct Visit {
+    origin_delay_ms: u64,
+    /// Bytes of the request sent before lingering (all of it when larger).
+    sent: usize,
+    linger_ms: u64,
+    waits_for_answer: bool,
+    html: bool,
+}
+
+fn visit() -> impl Strategy<Value = Visit> {
+    (
+        0u64..40,
+        0usize..120,
+        0u64..40,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(origin_delay_ms, sent, linger_ms, waits_for_answer, html)| Visit {
+                origin_delay_ms,
+                sent,
+                linger_ms,
+                waits_for_answer,
+                html,
+            },
+        )
+}
+
+async fn play(addr: std::net::SocketAddr, visit: Visit) {
+    let accept = if visit.html {
+        "text/html"
+    } else {
+        "application/json"
+    };
+    let request = format!(
+        "GET /d/{} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nConnection: close\r\n\r\n",
+        visit.origin_delay_ms
+    );
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return;
+    };
+    let sent = visit.sent.min(request.len());
+    let _ = stream.write_all(&request.as_bytes()[..sent]).await;
+    tokio::time::sleep(Duration::from_millis(visit.linger_ms)).await;
+    if visit.waits_for_answer {
+        let _ = stream.write_all(&request.as_bytes()[sent..]).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    }
+    // Otherwise dropped here: gone mid-head, mid-wait or mid-answer.
+}
+
+#[test]
+fn clients_leaving_at_any_moment_never_leak_a_slot_or_pass_the_cap() {
+    let runtime = runtime();
+    let (origin, concert) = runtime.block_on(async {
+        let origin = origins::origin_with(|req, _| async move {
+            let delay = req
+                .uri()
+                .path()
+                .strip_prefix("/d/")
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            origins::text("ok")
+        });
+        let concert = concert(&["-upstream", &origin.url(), "-cap", "2", "-max-queue", "0"]).await;
+        (origin, concert)
+    });
+    let addr = concert.addr;
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("GARBAGE_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(16),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let crowd = proptest::collection::vec(visit(), 1..40);
+    let result = runner.run(&crowd, |visits| {
+        runtime.block_on(async {
+            let players: Vec<_> = visits
+                .iter()
+                .cloned()
+                .map(|visit| tokio::spawn(play(addr, visit)))
+                .collect();
+            for player in players {
+                let _ = player.await;
+            }
+        });
+        let freed = runtime.block_on(room_empties(&concert));
+        let stats = concert.app.room.stats();
+        if !freed || origin.max_concurrency() > 2 {
+            return Err(TestCaseError::fail(format!(
+                "occupancy {} and origin at most {} after {visits:?}",
+                stats.occupancy,
+                origin.max_concurrency()
             )));
         }
         Ok(())
