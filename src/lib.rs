@@ -511,6 +511,8 @@ pub async fn start_on_workers(
     let app = App::with_data_dir(config, baseline, data_dir.clone()).map_err(StartError::Build)?;
     warn_if_metrics_path_is_routed(&app.generation());
     let mut background = Vec::new();
+    let mut writers = Vec::new();
+    let stop_writers = tokio_util::sync::CancellationToken::new();
     if let Some(dir) = &data_dir {
         let report = persist::load_bans(dir, &app.abuse).map_err(StartError::Persist)?;
         if report.clients + report.ranges > 0 || report.dropped > 0 {
@@ -526,11 +528,16 @@ pub async fn start_on_workers(
         if restored > 0 {
             tracing::info!(tickets = restored, "waiting line restored");
         }
-        background.push(persist::spawn_ban_writer(dir.clone(), app.abuse.clone()));
-        background.push(persist::spawn_queue_snapshots(
+        writers.push(persist::spawn_ban_writer(
+            dir.clone(),
+            app.abuse.clone(),
+            stop_writers.clone(),
+        ));
+        writers.push(persist::spawn_queue_snapshots(
             dir.clone(),
             app.room.clone(),
             QUEUE_SNAPSHOT_EVERY,
+            stop_writers.clone(),
         ));
     }
     background.push(app.room.spawn_reaper());
@@ -554,8 +561,17 @@ pub async fn start_on_workers(
             workers,
         )
         .await;
-        for task in background {
+        // Writers finish the save they are in; the rest hold no files and are cut short. Both
+        // are awaited, so nothing holding the data directory outlives the stop.
+        stop_writers.cancel();
+        for task in writers {
+            let _ = task.await;
+        }
+        for task in &background {
             task.abort();
+        }
+        for task in background {
+            let _ = task.await;
         }
         save_on_stop(&serving).await;
         result

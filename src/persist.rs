@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 
 use crate::abuse::{BanSnapshot, ImportReport, Registry};
 use crate::config::table::{SETTINGS, setting};
@@ -303,16 +304,22 @@ pub fn clear_queue(dir: &DataDir) -> Result<usize, PersistError> {
 /// Snapshots the line every `every` while it changes, so a crash (`kill -9`, power loss) loses at
 /// most that much of the line. Writes run on the blocking pool; a write that takes longer than the
 /// period stretches the period, which bounds the cost for very long lines.
+///
+/// `stop` ends the task between writes, never during one (see [`spawn_ban_writer`]).
 pub fn spawn_queue_snapshots(
     dir: Arc<DataDir>,
     room: Arc<Room>,
     every: Duration,
+    stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut last_seen = None;
         let mut period = every;
         loop {
-            tokio::time::sleep(period).await;
+            tokio::select! {
+                () = tokio::time::sleep(period) => {}
+                () = stop.cancelled() => return,
+            }
             let stats = room.stats();
             let fingerprint = (stats.issued, stats.now_serving, stats.live_queue_depth);
             if last_seen == Some(fingerprint) {
@@ -391,14 +398,25 @@ pub fn save_bans(dir: &DataDir, registry: &Registry) -> Result<(), PersistError>
 
 /// Saves bans within a second of any change. A failed save is retried every second and logged
 /// once until it recovers.
-pub fn spawn_ban_writer(dir: Arc<DataDir>, registry: Arc<Registry>) -> tokio::task::JoinHandle<()> {
+///
+/// `stop` ends the task between saves, never during one: a save runs on the blocking pool and
+/// holds the data directory (and its lock) until it is done, so aborting the task instead would
+/// let the process report itself stopped while a write still holds the lock.
+pub fn spawn_ban_writer(
+    dir: Arc<DataDir>,
+    registry: Arc<Registry>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut saved_at = registry.changes();
         let mut failing = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => return,
+            }
             let changes = registry.changes();
             if changes == saved_at {
                 continue;
