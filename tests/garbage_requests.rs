@@ -481,8 +481,26 @@ fn valid_request() -> impl Strategy<Value = Vec<u8>> {
     ];
     let chunk_sizes = proptest::collection::vec(1usize..40, 1..4);
     let kind = 0..4usize;
-    (kind, body, chunk_sizes, nasty_text(10), any::<bool>()).prop_map(
-        |(kind, body, sizes, tail, gated)| {
+    // Spellings every HTTP/1.1 parser must take alike: header-name case, optional whitespace
+    // around values, a coding before `chunked`.
+    let length_name = prop_oneof![
+        Just("Content-Length"),
+        Just("content-length"),
+        Just("CONTENT-LENGTH")
+    ];
+    let coding = prop_oneof![
+        Just("Transfer-Encoding: chunked"),
+        Just("transfer-encoding:chunked"),
+        Just("TRANSFER-ENCODING: \tChunked "),
+        Just("Transfer-Encoding: gzip, chunked"),
+    ];
+    let spelling = (
+        length_name,
+        prop_oneof![Just(""), Just(" "), Just("\t")],
+        coding,
+    );
+    (kind, body, chunk_sizes, nasty_text(10), any::<bool>(), spelling).prop_map(
+        |(kind, body, sizes, tail, gated, (length_name, space, coding))| {
             let tail: String = tail.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
             // Through the room (a page slot each) or a bypass rule.
             let path = if gated {
@@ -500,16 +518,14 @@ fn valid_request() -> impl Strategy<Value = Vec<u8>> {
                 ),
                 2 => {
                     let head = format!(
-                        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                        "POST {path} HTTP/1.1\r\nHost: x\r\n{length_name}:{space}{}{space}\r\n\r\n",
                         body.len()
                     );
                     out.extend_from_slice(head.as_bytes());
                     out.extend_from_slice(&body);
                 }
                 _ => {
-                    let head = format!(
-                        "PUT {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                    );
+                    let head = format!("PUT {path} HTTP/1.1\r\nHost: x\r\n{coding}\r\n\r\n");
                     out.extend_from_slice(head.as_bytes());
                     let mut rest = body.as_slice();
                     for size in sizes.iter().cycle() {
