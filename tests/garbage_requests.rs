@@ -2,7 +2,8 @@
 //! answers below 500 (or closes the connection), never panics and gives every slot back; well
 //! formed requests pipelined on one connection are each answered once, in order; whatever an
 //! origin answers, the client hears something, never a 500, and the slot comes back; and a
-//! crowd whose members walk away at any moment leaves no slot taken and the origin at its cap.
+//! crowd whose members walk away at any moment leaves no slot taken and the origin at its cap;
+//! and the admin API answers any JSON an operator's script might send without a 5xx.
 //! `GARBAGE_CASES=N` runs more cases when hunting.
 
 mod support;
@@ -773,4 +774,121 @@ fn clients_leaving_at_any_moment_never_leak_a_slot_or_pass_the_cap() {
     let generation = concert.app.generation();
     assert!(generation.assets.stats().served_total > 0);
     assert!(generation.streams.stats().served_total > 0);
+}
+
+/// A JSON value an operator's script might send by mistake.
+fn odd_json() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::json;
+    prop_oneof![
+        Just(json!("203.0.113.7")),
+        Just(json!("2001:db8::1")),
+        Just(json!("10.0.0.0/8")),
+        Just(json!("0.0.0.0/0")),
+        Just(json!("::/0")),
+        Just(json!("permanent")),
+        Just(json!("5m")),
+        Just(json!("-1s")),
+        Just(json!("99999999999h")),
+        Just(json!(0)),
+        Just(json!(1)),
+        Just(json!(5)),
+        Just(json!(2_147_483_647)),
+        Just(json!(-1)),
+        Just(json!(2_147_483_648_u64)),
+        Just(json!(1e300)),
+        Just(json!(null)),
+        Just(json!([1, 2])),
+        Just(json!({"nested": true})),
+        nasty_text(12).prop_map(serde_json::Value::String),
+    ]
+}
+
+#[test]
+fn the_admin_api_answers_any_json_without_a_5xx() {
+    let runtime = runtime();
+    let concert = runtime.block_on(async {
+        let origin = origins::fast_origin();
+        let concert = concert_with_env(
+            &["-upstream", &origin.url(), "-abuse-allow", "127.0.0.1/32"],
+            &[("CONCERT_ADMIN_TOKEN", ADMIN_TOKEN)],
+        )
+        .await;
+        // The origin may go: the admin API never reaches it.
+        drop(origin);
+        concert
+    });
+    // The client's timeouts start when a request is built, which needs the runtime.
+    let _entered = runtime.enter();
+    let client = plain_client();
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("GARBAGE_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(128),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let call = (0..3usize, odd_json(), odd_json(), any::<bool>());
+    let result = runner.run(&call, |(kind, first, second, as_object)| {
+        let body = if as_object {
+            match kind {
+                0 => serde_json::json!({"client": first, "duration": second}),
+                _ => serde_json::json!({"cap": first}),
+            }
+        } else {
+            first
+        };
+        let request = match kind {
+            0 => client
+                .post(url(&concert, "/_room/abuse"))
+                .body(body.to_string()),
+            1 => client
+                .post(url(&concert, "/_room/cap"))
+                .body(body.to_string()),
+            _ => {
+                let target = percent_encoded(&first_text(&body));
+                client.delete(url(&concert, &format!("/_room/abuse?client={target}")))
+            }
+        };
+        let status = runtime
+            .block_on(request.bearer_auth(ADMIN_TOKEN).send())
+            .map(|response| response.status().as_u16());
+        match status {
+            Ok(code) if code < 500 => Ok(()),
+            other => Err(TestCaseError::fail(format!("{other:?} for {kind} {body}"))),
+        }
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+    runtime.block_on(async {
+        let health = client
+            .get(url(&concert, "/_room/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), 200);
+        // Whatever was asked, the cap stays a usable number.
+        assert!(concert.app.generation().config.cap >= 1);
+    });
+}
+
+/// The value as the text an unban query would carry.
+fn first_text(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Every byte outside the unreserved set as `%XX`, for a query value.
+fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(byte).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
 }
