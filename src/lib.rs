@@ -274,7 +274,6 @@ impl App {
         }))
     }
 
-    /// The current generation; the caller keeps it for the whole request.
     /// Open client connections per serving worker (empty before serving starts).
     pub fn open_connections(&self) -> Vec<usize> {
         self.connections
@@ -290,6 +289,7 @@ impl App {
             .clone()
     }
 
+    /// The current generation; the caller keeps it for the whole request.
     pub fn generation(&self) -> Arc<Generation> {
         self.generation.load_full()
     }

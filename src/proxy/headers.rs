@@ -396,14 +396,22 @@ static RESPONSE_HOP_BY_HOP: [HeaderName; RESPONSE_HOP_BY_HOP_COUNT] = [
 /// Removes hop-by-hop headers from an origin response. For a switched protocol (101) the
 /// upgrade headers are kept, since the client needs them to finish its handshake.
 ///
+/// A `Content-Length` beside `Transfer-Encoding` goes too: the body was framed by the coding
+/// (RFC 9112 §6.3), and passing the length on would misframe it for the client or, when it does
+/// not parse, leave hyper unable to write the response at all.
+///
 /// Returns whether the origin announced it closes the connection (`Connection: close`).
 pub(super) fn strip_response(headers: &mut HeaderMap, switching: bool) -> bool {
     let connection = ConnectionList::of(headers);
     let mut closes = false;
+    let mut transfer_coded = false;
     for token in connection.tokens() {
         closes |= token.eq_ignore_ascii_case(CLOSE_TOKEN.as_bytes());
         if switching && token.eq_ignore_ascii_case(UPGRADE_TOKEN.as_bytes()) {
             continue;
+        }
+        if token.eq_ignore_ascii_case(header::TRANSFER_ENCODING.as_str().as_bytes()) {
+            transfer_coded |= headers.contains_key(header::TRANSFER_ENCODING);
         }
         // Tokens that are not valid header names cannot name a header; `remove` ignores them.
         if let Ok(name) = std::str::from_utf8(token) {
@@ -419,7 +427,11 @@ pub(super) fn strip_response(headers: &mut HeaderMap, switching: bool) -> bool {
         *slot = Some(name.clone());
     }
     for name in present.into_iter().flatten() {
+        transfer_coded |= name == header::TRANSFER_ENCODING;
         headers.remove(name);
+    }
+    if transfer_coded {
+        headers.remove(header::CONTENT_LENGTH);
     }
     if switching {
         headers.insert(header::CONNECTION, HeaderValue::from_static(UPGRADE_TOKEN));
@@ -841,6 +853,27 @@ mod tests {
         let mut headers = map(&[("connection", b"keep-alive"), ("closed", b"1")]);
         assert!(!strip_response(&mut headers, false));
         assert_eq!(values(&headers, "closed"), vec![b"1".to_vec()]);
+    }
+
+    #[test]
+    fn a_length_beside_a_transfer_coding_is_dropped() {
+        let cases: [&[(&str, &[u8])]; 2] = [
+            &[("transfer-encoding", b"gzip"), ("content-length", b"-3")],
+            // Named in Connection as well, so it goes before the hop-by-hop scan.
+            &[
+                ("connection", b"transfer-encoding"),
+                ("transfer-encoding", b"chunked"),
+                ("content-length", b"5"),
+            ],
+        ];
+        for pairs in cases {
+            let mut headers = map(pairs);
+            strip_response(&mut headers, false);
+            assert!(headers.is_empty(), "{pairs:?} left {headers:?}");
+        }
+        let mut length_only = map(&[("content-length", b"5"), ("connection", b"keep-alive")]);
+        strip_response(&mut length_only, false);
+        assert_eq!(values(&length_only, "content-length"), vec![b"5".to_vec()]);
     }
 
     #[test]

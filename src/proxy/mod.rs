@@ -347,12 +347,6 @@ impl Proxy {
         }
 
         let (mut parts, incoming) = response.into_parts();
-        // The body was framed by the transfer coding, whatever length the origin also gave
-        // (RFC 9112 §6.3); passing that length on would misframe it for the client, or, if it
-        // does not parse, leave hyper unable to write the response at all.
-        if parts.headers.contains_key(header::TRANSFER_ENCODING) {
-            parts.headers.remove(header::CONTENT_LENGTH);
-        }
         let origin_closes = headers::strip_response(&mut parts.headers, false);
         // An origin that says it closes (or speaks HTTP/1.0) does not get the connection reused.
         let lease = lease.filter(|_| !origin_closes && parts.version == Version::HTTP_11);
