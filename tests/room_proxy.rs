@@ -173,6 +173,34 @@ async fn an_origin_gone_mid_body_gives_the_slot_back() {
 }
 
 #[tokio::test]
+async fn a_body_the_origin_garbles_at_once_still_reaches_the_client_with_its_head() {
+    // The first chunk size is not hexadecimal: the body fails on its first poll, with the head
+    // still unwritten. The client must get the head anyway, on both ways to the origin.
+    let garbled: &'static [u8] =
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n";
+    let upstream = origin_hanging_up_with(garbled, Duration::ZERO).await;
+    let concert = concert(&["-upstream", &upstream, "-cap", "1"]).await;
+    let requests: [&[u8]; 2] = [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
+    ];
+    for round in 0..3 {
+        for request in requests {
+            let raw = raw_exchange(concert.addr, request, Duration::from_secs(3)).await;
+            assert!(
+                raw.starts_with("HTTP/1.1 200 OK\r\n"),
+                "round {round}: {raw:?}"
+            );
+            assert!(
+                !raw.contains("hello"),
+                "an undecodable body is not passed on: {raw:?}"
+            );
+            assert!(room_empties(&concert).await, "round {round}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_length_beside_a_transfer_coding_never_reaches_the_client() {
     // The transfer coding frames the body (here: until the origin closes), so the length is
     // dropped, valid or not, on both ways to the origin.
