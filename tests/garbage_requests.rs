@@ -251,6 +251,19 @@ async fn first_status(addr: std::net::SocketAddr, bytes: &[u8], wait: Duration) 
         .and_then(|code| code.parse().ok())
 }
 
+/// A property runner with `default_cases` cases, or `GARBAGE_CASES` when set (a longer hunt).
+fn runner(default_cases: u32) -> TestRunner {
+    let cases = std::env::var("GARBAGE_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default_cases);
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -281,14 +294,7 @@ async fn concert_with_every_stage(upstream: &str, extra: &[&str]) -> concert::Ru
 
 /// Sends random requests; fails on the first answer of 500 or more.
 fn send_random_requests(runtime: &tokio::runtime::Runtime, addr: std::net::SocketAddr) {
-    let mut runner = TestRunner::new(Config {
-        cases: std::env::var("GARBAGE_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(256),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(256);
     let result = runner.run(&request(), |raw| {
         let status = runtime.block_on(first_status(addr, &raw.to_bytes(), Duration::from_secs(2)));
         match status {
@@ -451,14 +457,7 @@ fn whatever_an_origin_answers_concert_relays_or_says_502_and_frees_the_slot() {
         concert(&["-upstream", &upstream, "-cap", "1"]).await
     });
     let addr = concert.addr;
-    let mut runner = TestRunner::new(Config {
-        cases: std::env::var("GARBAGE_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(128),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(128);
     let requests: [&[u8]; 3] = [
         b"GET /page HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n\r\n",
         b"POST /form HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
@@ -581,14 +580,7 @@ fn pipelined_well_formed_requests_are_each_answered_once_in_order() {
         (origin, concert)
     });
     let addr = concert.addr;
-    let mut runner = TestRunner::new(Config {
-        cases: std::env::var("GARBAGE_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(64),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(64);
     let strategy = (proptest::collection::vec(valid_request(), 1..5), 1usize..4);
     let result = runner.run(&strategy, |(requests, pieces)| {
         let mut stream_bytes: Vec<u8> = requests.concat();
@@ -754,14 +746,7 @@ fn clients_leaving_at_any_moment_never_leak_a_slot_or_pass_the_cap() {
         Arc::from(value)
     });
     let addr = concert.addr;
-    let mut runner = TestRunner::new(Config {
-        cases: std::env::var("GARBAGE_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(16),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(16);
     let crowd = proptest::collection::vec(visit(), 1..40);
     let result = runner.run(&crowd, |visits| {
         runtime.block_on(async {
@@ -845,14 +830,7 @@ fn the_admin_api_answers_any_json_without_a_5xx() {
     // The client's timeouts start when a request is built, which needs the runtime.
     let _entered = runtime.enter();
     let client = plain_client();
-    let mut runner = TestRunner::new(Config {
-        cases: std::env::var("GARBAGE_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(128),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(128);
     let call = (0..3usize, odd_json(), odd_json(), any::<bool>());
     let result = runner.run(&call, |(kind, first, second, as_object)| {
         let body = if as_object {
@@ -940,14 +918,7 @@ fn random_requests_over_http2_never_get_a_5xx_or_leak_a_slot() {
             .build()
             .unwrap()
     };
-    let mut runner = TestRunner::new(Config {
-        cases: std::env::var("GARBAGE_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(32),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(32);
     let one = (
         prop_oneof![Just("GET"), Just("POST"), Just("HEAD"), Just("PUT")],
         prop_oneof![
