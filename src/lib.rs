@@ -23,6 +23,7 @@ pub mod room;
 pub mod router;
 pub mod sema;
 pub mod server;
+mod shard;
 pub mod streams;
 pub mod systemd;
 pub mod walltime;

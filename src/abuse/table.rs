@@ -16,7 +16,7 @@ use super::key::Key;
 use super::window::StrikeWindow;
 use super::{BanLength, FOREVER};
 
-const SHARDS: usize = 64;
+use crate::shard::SHARD_COUNT as SHARDS;
 
 /// One tracked client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +94,7 @@ impl Default for Table {
 impl Table {
     fn shard(&self, key: &Key) -> &RwLock<Shard> {
         let hash = self.picker.hash_one(key);
-        &self.shards[(hash >> 40) as usize % SHARDS]
+        &self.shards[crate::shard::staggered((hash >> 32) as u32)]
     }
 
     pub fn len(&self) -> usize {

@@ -10,8 +10,10 @@
 pub struct StrikeWindow {
     /// Start of the current bucket, unix nanos.
     start: i64,
-    current: u64,
-    previous: u64,
+    /// 32 bits each: a count saturates at four billion, far past any threshold (a `u32` too),
+    /// and every tracked client's entry is 8 bytes smaller.
+    current: u32,
+    previous: u32,
 }
 
 impl StrikeWindow {
@@ -39,7 +41,7 @@ impl StrikeWindow {
     /// Adds `weight` at `now` and reports whether the sliding level reached `threshold`.
     pub fn add(&mut self, now: i64, window: i64, weight: u32, threshold: u32) -> bool {
         self.advance(now, window);
-        self.current = self.current.saturating_add(u64::from(weight));
+        self.current = self.current.saturating_add(weight);
         self.reached(now, window, threshold)
     }
 
@@ -110,6 +112,14 @@ mod tests {
         let mut w = StrikeWindow::new(10 * MINUTE);
         assert!(!w.add(MINUTE, MINUTE, 2, 3));
         assert!(w.add(MINUTE, MINUTE, 1, 3));
+    }
+
+    #[test]
+    fn counts_saturate_instead_of_wrapping() {
+        let mut w = StrikeWindow::new(0);
+        assert!(w.add(0, MINUTE, u32::MAX, u32::MAX));
+        assert!(w.add(SECOND, MINUTE, u32::MAX, u32::MAX));
+        assert!(w.add(MINUTE + SECOND, MINUTE, 1, u32::MAX / 2));
     }
 
     #[test]

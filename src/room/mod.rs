@@ -409,8 +409,8 @@ impl Shared {
         TicketInfo {
             token: *token,
             client: entry.client,
-            joined: self.instant_of(entry.created),
-            last_seen: self.instant_of(entry.last_seen),
+            joined: self.instant_of(entry.created()),
+            last_seen: self.instant_of(entry.last_seen()),
             seen: entry.has(SEEN),
             promoted: entry.has(PROMOTED),
             has_pass: entry.has(HAS_PASS),
@@ -448,7 +448,7 @@ impl Shared {
     ) -> Option<Decision> {
         let mut shard = self.tokens.lock_for(&token);
         let mut entry = shard.get(&token).copied()?;
-        if now.saturating_sub(entry.last_seen) > settings.ttl_ms() {
+        if now.saturating_sub(entry.last_seen()) > settings.ttl_ms() {
             shard.remove(&token);
             self.tokens.note_removed(1);
             self.core.lock().retire(entry.key, now);
@@ -471,8 +471,8 @@ impl Shared {
         if has_pass {
             self.promote_vip(&mut core, &mut entry);
         }
-        entry.last_seen = now;
-        entry.cookie_set_at = now;
+        entry.set_last_seen(now);
+        entry.set_cookie_set_at(now);
         entry.set(SEEN, true);
         entry.set(HAS_PASS, has_pass);
         entry.set(tokens::REFRESH_DUE, false);
@@ -573,8 +573,8 @@ impl Shared {
             Some((token, entry)) => (Some(token), entry),
             None => (None, Entry::new(admission.key, now, admission.client)),
         };
-        entry.last_seen = now;
-        entry.cookie_set_at = now;
+        entry.set_last_seen(now);
+        entry.set_cookie_set_at(now);
         if let Some(token) = token {
             let mut shard = self.tokens.lock_for(&token);
             if let std::collections::hash_map::Entry::Vacant(slot) = shard.entry(token) {

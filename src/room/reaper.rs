@@ -21,9 +21,9 @@ impl Room {
         for index in 0..tokens::SHARD_COUNT {
             let mut shard = shared.tokens.lock_shard(index);
             shard.retain(|_, entry| {
-                let idle = now.saturating_sub(entry.last_seen) > ttl;
+                let idle = now.saturating_sub(entry.last_seen()) > ttl;
                 let never_polled =
-                    grace > 0 && !entry.has(SEEN) && now.saturating_sub(entry.created) > grace;
+                    grace > 0 && !entry.has(SEEN) && now.saturating_sub(entry.created()) > grace;
                 if idle || never_polled {
                     dead.push(entry.key);
                 }

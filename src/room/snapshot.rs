@@ -163,13 +163,9 @@ impl Room {
             .iter()
             .map(|(token, entry)| SnapshotTicket {
                 token: token_hex(token),
-                created_at: to_wall(entry.created),
-                last_seen: to_wall(entry.last_seen),
-                last_poll: if entry.last_poll == 0 {
-                    WallTime::ZERO
-                } else {
-                    to_wall(entry.last_poll)
-                },
+                created_at: to_wall(entry.created()),
+                last_seen: to_wall(entry.last_seen()),
+                last_poll: entry.last_poll().map_or(WallTime::ZERO, to_wall),
                 client_key: entry.client.map(|ip| ip.to_string()).unwrap_or_default(),
                 seen: entry.has(SEEN),
                 promoted: entry.has(PROMOTED),
@@ -250,13 +246,11 @@ impl Room {
                 shift(ticket.created_at),
                 ticket.client_key.parse().ok(),
             );
-            entry.last_seen = shift(ticket.last_seen);
-            entry.last_poll = if ticket.last_poll.is_zero() {
-                0
-            } else {
-                shift(ticket.last_poll).max(1)
-            };
-            entry.cookie_set_at = entry.last_seen;
+            entry.set_last_seen(shift(ticket.last_seen));
+            if !ticket.last_poll.is_zero() {
+                entry.set_last_poll(shift(ticket.last_poll));
+            }
+            entry.set_cookie_set_at(entry.last_seen());
             entry.set(SEEN, ticket.seen);
             entry.set(PROMOTED, ticket.promoted);
             entry.set(HAS_PASS, ticket.has_pass);

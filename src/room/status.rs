@@ -44,18 +44,19 @@ impl Room {
         let Some(mut entry) = shard.get(&token).copied() else {
             return PollOutcome::Ready;
         };
-        if now.saturating_sub(entry.last_seen) > settings.ttl_ms() {
+        if now.saturating_sub(entry.last_seen()) > settings.ttl_ms() {
             shard.remove(&token);
             shared.tokens.note_removed(1);
             shared.core.lock().retire(entry.key, now);
             bump(&shared.counters.evicted, 1);
             return PollOutcome::Ready;
         }
-        let throttled =
-            entry.last_poll != 0 && now.saturating_sub(entry.last_poll) < POLL_INTERVAL_MS;
+        let throttled = entry
+            .last_poll()
+            .is_some_and(|polled| now.saturating_sub(polled) < POLL_INTERVAL_MS);
         // Throttled polls still count as signs of life.
-        entry.last_seen = now;
-        entry.last_poll = now;
+        entry.set_last_seen(now);
+        entry.set_last_poll(now);
         entry.set(SEEN, true);
         let mut core = shared.core.lock();
         let raw_position = core.line.position(entry.key);
@@ -71,9 +72,9 @@ impl Room {
             return PollOutcome::Throttled { position };
         }
         let refresh_cookies = entry.has(REFRESH_DUE)
-            || now.saturating_sub(entry.cookie_set_at) >= settings.ttl_ms() / 3;
+            || now.saturating_sub(entry.cookie_set_at()) >= settings.ttl_ms() / 3;
         if refresh_cookies {
-            entry.cookie_set_at = now;
+            entry.set_cookie_set_at(now);
             entry.set(REFRESH_DUE, false);
         }
         let queue_depth = core.line.queue_depth();

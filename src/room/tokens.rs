@@ -12,7 +12,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::line::Key;
 
-pub const SHARD_COUNT: usize = 64;
+pub use crate::shard::SHARD_COUNT;
 
 /// Raw token: 16 random bytes, sent to the client as 32 lowercase hex digits.
 pub type TokenId = [u8; 16];
@@ -23,15 +23,23 @@ pub const HAS_PASS: u8 = 4;
 /// Re-send cookies on the next accepted poll (set for restored tickets).
 pub const REFRESH_DUE: u8 = 8;
 
+/// `last_poll` holds a time (a ticket polled at its very first millisecond has offset 0).
+pub const POLLED: u8 = 16;
+
 /// One waiting visitor.
+///
+/// Every waiting visitor has one of these, so it is kept small: the times after `created` are
+/// stored as milliseconds after it in 32 bits, which holds 49 days exactly. A ticket kept alive
+/// in line for longer moves `created` forward as needed, so only the joining time it reports is
+/// clamped; the times that decide anything stay exact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Entry {
     pub key: Key,
-    pub created: u64,
-    pub last_seen: u64,
-    /// 0 = never polled.
-    pub last_poll: u64,
-    pub cookie_set_at: u64,
+    /// Room clock, milliseconds.
+    created: u64,
+    seen_after: u32,
+    polled_after: u32,
+    cookie_after: u32,
     pub client: Option<IpAddr>,
     pub flags: u8,
     /// Priority rank recorded for the portal (0 = guest).
@@ -43,9 +51,9 @@ impl Entry {
         Entry {
             key,
             created: now,
-            last_seen: now,
-            last_poll: 0,
-            cookie_set_at: now,
+            seen_after: 0,
+            polled_after: 0,
+            cookie_after: 0,
             client,
             flags: 0,
             rank: 0,
@@ -62,6 +70,54 @@ impl Entry {
         } else {
             self.flags &= !flag;
         }
+    }
+
+    pub fn created(&self) -> u64 {
+        self.created
+    }
+
+    pub fn last_seen(&self) -> u64 {
+        self.created + u64::from(self.seen_after)
+    }
+
+    pub fn set_last_seen(&mut self, at: u64) {
+        self.seen_after = self.offset_of(at);
+    }
+
+    /// `None` until the first status poll.
+    pub fn last_poll(&self) -> Option<u64> {
+        self.has(POLLED)
+            .then(|| self.created + u64::from(self.polled_after))
+    }
+
+    pub fn set_last_poll(&mut self, at: u64) {
+        self.polled_after = self.offset_of(at);
+        self.set(POLLED, true);
+    }
+
+    pub fn cookie_set_at(&self) -> u64 {
+        self.created + u64::from(self.cookie_after)
+    }
+
+    pub fn set_cookie_set_at(&mut self, at: u64) {
+        self.cookie_after = self.offset_of(at);
+    }
+
+    /// `at` as an offset from `created`; a time before `created` (only from an odd snapshot)
+    /// counts as `created`. Past the 32-bit range, `created` moves forward and the other
+    /// offsets with it, so every recorded time stays where it was or (if even older) at the
+    /// new `created`.
+    fn offset_of(&mut self, at: u64) -> u32 {
+        let offset = at.saturating_sub(self.created);
+        let Some(excess) = offset.checked_sub(u64::from(u32::MAX)).filter(|e| *e > 0) else {
+            return offset as u32;
+        };
+        self.created += excess;
+        let keep = |after: u32| u64::from(after).saturating_sub(excess) as u32;
+        self.seen_after = keep(self.seen_after);
+        self.polled_after = keep(self.polled_after);
+        self.cookie_after = keep(self.cookie_after);
+        u32::MAX
     }
 }
 
@@ -84,7 +140,7 @@ impl TokenStore {
     }
 
     pub fn shard_index(token: &TokenId) -> usize {
-        usize::from(token[0]) % SHARD_COUNT
+        crate::shard::staggered(u32::from_le_bytes([token[0], token[1], token[2], token[3]]))
     }
 
     pub fn lock_for(&self, token: &TokenId) -> MutexGuard<'_, Shard> {
@@ -155,6 +211,38 @@ mod tests {
         // and promotion table only grow with retirements and promotions, not with waiting visitors.
         let per_entry = bytes_per_entry_estimate();
         assert!(per_entry < 256, "{per_entry} bytes");
-        assert!(std::mem::size_of::<Entry>() <= 72);
+        assert!(std::mem::size_of::<Entry>() <= 56);
+    }
+
+    #[test]
+    fn times_round_trip_through_their_offsets() {
+        let mut entry = Entry::new(Key::original(7), 1_000, None);
+        assert_eq!(entry.last_poll(), None);
+        entry.set_last_seen(61_000);
+        entry.set_last_poll(1_000);
+        entry.set_cookie_set_at(31_000);
+        assert_eq!(entry.created(), 1_000);
+        assert_eq!(entry.last_seen(), 61_000);
+        assert_eq!(entry.last_poll(), Some(1_000));
+        assert_eq!(entry.cookie_set_at(), 31_000);
+        // A time before the ticket's creation (an odd snapshot) reads as the creation.
+        entry.set_last_seen(10);
+        assert_eq!(entry.last_seen(), 1_000);
+    }
+
+    #[test]
+    fn a_ticket_older_than_the_offsets_reach_keeps_its_recent_times() {
+        let mut entry = Entry::new(Key::original(7), 1_000, None);
+        let day = 86_400_000u64;
+        entry.set_last_poll(40 * day);
+        entry.set_cookie_set_at(2_000);
+        entry.set_last_seen(60 * day);
+        assert_eq!(entry.last_seen(), 60 * day);
+        assert_eq!(entry.last_poll(), Some(40 * day));
+        // Older than 49 days before the newest time: clamped to the moved creation.
+        assert_eq!(entry.created(), 60 * day - u64::from(u32::MAX));
+        assert_eq!(entry.cookie_set_at(), entry.created());
+        entry.set_last_seen(60 * day + 5);
+        assert_eq!(entry.last_seen(), 60 * day + 5);
     }
 }
