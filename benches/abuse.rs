@@ -1,6 +1,7 @@
 //! Abuse-registry costs on the request path: the ban check for a client that is not banned
 //! while 100,000 clients are tracked and 4,096 range bans exist (every request pays it), the
-//! same check for an IPv6 client, and one strike.
+//! same check for an IPv6 client, one strike, and one strike from a new address when the
+//! table is full (a flood from many addresses).
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -72,5 +73,27 @@ fn strike(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, ban_check, strike);
+fn strike_from_a_newcomer_when_full(c: &mut Criterion) {
+    // Exactly full: every new address has to take an old entry's place (a flood from many
+    // addresses). Each iteration is a newcomer, so the cost includes choosing whom to evict.
+    let registry = Registry::new(AbuseSettings {
+        max_entries: TRACKED,
+        threshold: u32::MAX,
+        ..AbuseSettings::default()
+    });
+    for i in 0..TRACKED {
+        registry.strike(IpAddr::V4(Ipv4Addr::from_bits(0x0a00_0000 + i)), 1);
+    }
+    let mut next = 0u32;
+    c.bench_function("abuse/strike_newcomer_full_table", |b| {
+        b.iter(|| {
+            next = next.wrapping_add(1);
+            let client = IpAddr::V4(Ipv4Addr::from_bits(0x2000_0000 + next));
+            black_box(registry.strike(black_box(client), 1))
+        })
+    });
+    assert_eq!(registry.tracked(), TRACKED as usize);
+}
+
+criterion_group!(benches, ban_check, strike, strike_from_a_newcomer_when_full);
 criterion_main!(benches);

@@ -3,8 +3,9 @@
 //! Shards are picked with a randomly keyed hash (attackers choose their addresses, so a
 //! predictable spread would let them pile onto one shard). The entry count is reserved
 //! atomically before an insert, so concurrent inserts can never push it past the limit. When
-//! the table is full a newcomer may evict, from its own shard, the least recently active entry
-//! that is neither banned nor carrying offense history; failing that it is not tracked.
+//! the table is full a newcomer may evict, from its own shard, the least recently active of a
+//! few entries that are neither banned nor carrying offense history; failing that it is not
+//! tracked.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -65,6 +66,11 @@ impl Entry {
 }
 
 type Shard = HashMap<Key, Entry>;
+
+/// Evictable entries compared when a full table takes a newcomer. Table order follows the
+/// keyed hash, not activity, so they are an arbitrary sample and the choice is approximately
+/// the least recently active (as sampled-LRU caches do), at a bounded cost.
+const EVICTION_CANDIDATES: usize = 32;
 
 pub struct Table {
     shards: Box<[RwLock<Shard>]>,
@@ -139,9 +145,14 @@ impl Table {
             })
             .is_ok();
         if !reserved {
+            // The least recently active of the first few candidates, not of the whole shard:
+            // a full table meets a newcomer at every request of a flood from many addresses,
+            // and a scan of the shard (1,600 entries at the default limit, more when it is
+            // raised) under its write lock for each would make every such request cost that.
             let victim = shard
                 .iter()
                 .filter(|(_, entry)| entry.evictable(now))
+                .take(EVICTION_CANDIDATES)
                 .min_by_key(|(_, entry)| entry.last_active)
                 .map(|(key, _)| *key);
             let Some(victim) = victim else {
@@ -237,6 +248,61 @@ mod tests {
         assert!(table.upsert(key("198.51.100.2"), 1, 1, |_| ()).is_none());
         assert_eq!(table.dropped(), 1);
         assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn a_full_table_evicts_old_entries_without_searching_the_whole_shard() {
+        let table = Table::default();
+        let limit = 20_000i64;
+        let tracked = |i: i64| Key::V4(0x0a00_0000 + i as u32);
+        // Each entry last active at its own moment; every tenth carries offense history.
+        for i in 0..limit {
+            table
+                .upsert(tracked(i), i, limit as usize, |e| {
+                    e.offenses = u32::from(i % 10 == 0);
+                })
+                .unwrap();
+        }
+        let newcomers = 300;
+        let mut newer_share = 0.0;
+        for n in 0..newcomers {
+            let newcomer = Key::V4(0xc000_0000 + n as u32);
+            let now = limit + n;
+            let before: Vec<(Key, Entry)> = table
+                .shard(&newcomer)
+                .read()
+                .iter()
+                .map(|(k, e)| (*k, *e))
+                .collect();
+            table.upsert(newcomer, now, limit as usize, |_| ()).unwrap();
+            assert_eq!(table.len(), limit as usize);
+            let shard = table.shard(&newcomer).read();
+            let gone: Vec<&Entry> = before
+                .iter()
+                .filter(|(k, _)| !shard.contains_key(k))
+                .map(|(_, e)| e)
+                .collect();
+            assert_eq!(gone.len(), 1, "exactly one entry made room");
+            let victim = gone[0];
+            assert_eq!(victim.offenses, 0, "offense history is never evicted");
+            let evictable: Vec<i64> = before
+                .iter()
+                .filter(|(_, e)| e.offenses == 0)
+                .map(|(_, e)| e.last_active)
+                .collect();
+            let newer = evictable
+                .iter()
+                .filter(|t| **t > victim.last_active)
+                .count();
+            newer_share += newer as f64 / (evictable.len() - 1) as f64;
+        }
+        // The least recent of a sample of 32 is, on average, older than ~97% of the rest; an
+        // arbitrary pick would be older than half.
+        let newer_share = newer_share / newcomers as f64;
+        assert!(
+            newer_share > 0.85,
+            "victims older than {newer_share:.2} of the rest"
+        );
     }
 
     #[test]
