@@ -1,7 +1,7 @@
 # Concert build and test entry points. `make demo` and `make test` are the README's two commands.
 CARGO ?= cargo
 
-.PHONY: all build demo test lint bench bench-compare docs clean
+.PHONY: all build demo test lint bench bench-compare bench-line docs clean
 
 all: lint test build
 
@@ -20,7 +20,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	@if command -v shellcheck >/dev/null 2>&1; then \
-	  shellcheck -x deploy/installer.sh deploy/concert-ipasn-update scripts/*.sh tests/*.sh .ci/run; \
+	  shellcheck -x deploy/installer.sh deploy/concert-ipasn-update scripts/*.sh tests/*.sh benches/*.sh .ci/run; \
 	else echo "lint: shellcheck not installed; shell scripts not checked"; fi
 
 bench:
@@ -32,6 +32,10 @@ docs:
 
 bench-compare:
 	bash benches/compare.sh
+
+# Memory per waiting visitor and status polling with a long line, against the release binary.
+bench-line:
+	bash benches/line.sh
 
 clean:
 	$(CARGO) clean
