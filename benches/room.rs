@@ -1,5 +1,6 @@
 //! Waiting-room costs on the request path: admission + release with a free room, position lookups
-//! while a long line waits, and a `/queue/status` answer (poll + JSON), at several line lengths.
+//! while a long line waits, and a `/queue/status` answer (poll + JSON), at several line lengths;
+//! and the pass over the line that removes a banned client's waiting visitors.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -114,10 +115,30 @@ fn queue_status_answer(c: &mut Criterion) {
     });
 }
 
+/// What a ban costs the line: one pass over every waiting visitor looking for the banned
+/// client's tickets (here it has none, so the line stays as it is).
+fn ban_pass_over_the_line(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let banned: std::net::IpAddr = "198.51.100.1".parse().unwrap();
+    let mut group = c.benchmark_group("room/ban_pass");
+    group.sample_size(10);
+    for queued in [100_000usize, 1_000_000] {
+        let (room, _tokens, _slot) = long_line(&runtime, queued);
+        group.bench_with_input(BenchmarkId::from_parameter(queued), &queued, |b, _| {
+            b.iter(|| black_box(room.remove_where(|ticket| ticket.client == Some(banned))))
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     admission_and_release,
     position_lookup,
-    queue_status_answer
+    queue_status_answer,
+    ban_pass_over_the_line
 );
 criterion_main!(benches);
