@@ -405,9 +405,7 @@ fn wire_abuse(abuse: &Arc<abuse::Registry>, room: &Arc<Room>) {
     let line = Arc::downgrade(room);
     abuse.set_line_remover(Arc::new(
         move |banned: &dyn Fn(std::net::IpAddr) -> bool| {
-            line.upgrade().map_or(0, |room| {
-                room.remove_where(|ticket| ticket.client.is_some_and(banned))
-            })
+            line.upgrade().map_or(0, |room| room.remove_clients(banned))
         },
     ));
     let registry = Arc::downgrade(abuse);

@@ -478,15 +478,19 @@ async fn removals_by_predicate_and_by_token_are_counted() {
             ..Arrival::default()
         }))
     };
-    let (_a1, b1, _a2) = (arrive(a), arrive(b), arrive(a));
+    let (_a1, _b1, _a2) = (arrive(a), arrive(b), arrive(a));
+    let anonymous = waiting(room.arrive(Arrival::default()));
     assert_eq!(room.remove_where(|info| info.client == Some(a)), 2);
+    assert_eq!(room.stats().live_queue_depth, 2);
+    // A ban tests addresses: a visitor without one is never matched.
+    assert_eq!(room.remove_clients(|_| true), 1);
     assert_eq!(room.stats().live_queue_depth, 1);
-    assert_eq!(position(room.poll(Some(&b1.token))), 1);
-    assert!(room.remove_token(&b1.token));
-    assert!(!room.remove_token(&b1.token));
+    assert_eq!(position(room.poll(Some(&anonymous.token))), 1);
+    assert!(room.remove_token(&anonymous.token));
+    assert!(!room.remove_token(&anonymous.token));
     assert!(!room.remove_token("nope"));
     let stats = room.stats();
-    assert_eq!(stats.removed_total, 3);
+    assert_eq!(stats.removed_total, 4);
     assert_eq!(stats.queue_depth, 0);
     assert_accounting(&room, 1);
 }
