@@ -10,8 +10,8 @@
 pub struct StrikeWindow {
     /// Start of the current bucket, unix nanos.
     start: i64,
-    /// 32 bits each: a count saturates at four billion, far past any threshold (a `u32` too),
-    /// and every tracked client's entry is 8 bytes smaller.
+    /// 32 bits each, like the threshold they are compared with: a count saturates at about four
+    /// billion, which loses nothing, and every tracked client's entry is 8 bytes smaller.
     current: u32,
     previous: u32,
 }

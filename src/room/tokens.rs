@@ -29,9 +29,9 @@ pub const POLLED: u8 = 16;
 /// One waiting visitor.
 ///
 /// Every waiting visitor has one of these, so it is kept small: the times after `created` are
-/// stored as milliseconds after it in 32 bits, which holds 49 days exactly. A ticket kept alive
-/// in line for longer moves `created` forward as needed, so only the joining time it reports is
-/// clamped; the times that decide anything stay exact.
+/// stored as milliseconds after it in 32 bits, which covers 49 days. A ticket kept alive in
+/// line for longer moves `created` forward as needed: every time within 49 days of the newest
+/// stays exact, and only older ones (the joining time, mostly) are clamped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Entry {
     pub key: Key,
