@@ -239,3 +239,93 @@ async fn three_thousand_clients_at_once_leave_the_real_binary_small() {
         "peak {peak_kib} KiB from {settled_kib} KiB"
     );
 }
+
+/// `room_ticket` from a waiting page's cookies.
+fn ticket_of(response: &reqwest::Response) -> Option<String> {
+    set_cookies(response, "room_ticket")
+        .first()
+        .and_then(|cookie| cookie.split(';').next())
+        .and_then(|pair| pair.split_once('='))
+        .map(|(_, value)| value.to_string())
+}
+
+/// A long line through the whole server, each visitor from its own address: every position is
+/// held by exactly one visitor, each visitor's churn strike is tracked, and nobody is banned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_line_of_distinct_visitors_holds_every_position_once() {
+    let origin = origins::held_origin();
+    let concert = concert(&[
+        "-upstream",
+        &origin.url(),
+        "-cap",
+        "1",
+        "-max-queue",
+        "0",
+        "-access-log=false",
+    ])
+    .await;
+    let holder_url = url(&concert, "/slot");
+    let holder = tokio::spawn(async move {
+        let _ = plain_client().get(holder_url).send().await;
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+
+    let visitors = 3000usize;
+    let lanes = 16;
+    let client = plain_client();
+    let address = |i: usize| format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff);
+    let mut tasks = Vec::new();
+    for lane in 0..lanes {
+        let client = client.clone();
+        let target = url(&concert, "/event");
+        let status_url = url(&concert, "/queue/status");
+        tasks.push(tokio::spawn(async move {
+            let mut positions = Vec::new();
+            for i in (lane..visitors).step_by(lanes) {
+                let page = client
+                    .get(&target)
+                    .header(ACCEPT, HTML_ACCEPT)
+                    .header("x-forwarded-for", address(i))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(page.status(), StatusCode::OK);
+                let ticket = ticket_of(&page).expect("a waiting page sets a ticket");
+                let status = client
+                    .get(&status_url)
+                    .header("cookie", format!("room_ticket={ticket}; room_probe=1"))
+                    .header("x-forwarded-for", address(i))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(status.status(), StatusCode::OK);
+                let body: serde_json::Value = status.json().await.unwrap();
+                assert_eq!(body["ready"], false, "{body}");
+                positions.push(body["position"].as_u64().expect("a position"));
+            }
+            positions
+        }));
+    }
+    let mut seen = vec![false; visitors];
+    for task in tasks {
+        for position in task.await.unwrap() {
+            let slot = usize::try_from(position - 1).unwrap();
+            assert!(slot < visitors, "position {position} outside the line");
+            assert!(
+                !std::mem::replace(&mut seen[slot], true),
+                "two at {position}"
+            );
+        }
+    }
+    assert!(seen.iter().all(|held| *held));
+    let stats = concert.app.room.stats();
+    assert_eq!(stats.live_queue_depth, visitors as u64);
+    let abuse = concert.app.abuse.stats();
+    assert_eq!(
+        abuse.tracked, visitors as u64,
+        "one churn strike per new visitor"
+    );
+    assert_eq!(abuse.bans_total, 0);
+    origin.release(1);
+    let _ = holder.await;
+}
