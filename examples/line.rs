@@ -283,6 +283,8 @@ async fn measure(binary: String, visitors: usize, connections: usize) -> Result<
         .args(["-cap", "1", "-max-queue", "0", "-upstream-timeout", "0"])
         .args(["-access-log=false", "-data-dir", "", "-portal-listen", ""])
         .args(["-trusted-proxies", "127.0.0.1/32"])
+        // A million arrivals take longer than the 30 s a new ticket has for its first poll.
+        .args(["-first-poll-grace", "0"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
