@@ -100,6 +100,14 @@ fn visitor_address(index: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, b, c, d)
 }
 
+/// A GET of `path` as visitor `index` would send it, arriving through the trusted loopback.
+fn from_visitor(index: usize, path: &str, accept: &str) -> hyper::http::request::Builder {
+    hyper::Request::get(path)
+        .header(hyper::header::HOST, "line.test")
+        .header(hyper::header::ACCEPT, accept)
+        .header("x-forwarded-for", visitor_address(index).to_string())
+}
+
 async fn send(
     sender: &mut http1::SendRequest<Empty<Bytes>>,
     request: hyper::Request<Empty<Bytes>>,
@@ -149,10 +157,7 @@ async fn arrive(
             let mut arrived = Vec::new();
             let mut latencies = Vec::new();
             for index in (first + lane..end).step_by(connections) {
-                let request = hyper::Request::get("/event/tickets")
-                    .header(hyper::header::HOST, "line.test")
-                    .header(hyper::header::ACCEPT, "text/html")
-                    .header("x-forwarded-for", visitor_address(index).to_string())
+                let request = from_visitor(index, "/event/tickets", "text/html")
                     .body(Empty::new())
                     .map_err(|e| e.to_string())?;
                 let sent = Instant::now();
@@ -195,14 +200,11 @@ async fn poll(
             let mut latencies = Vec::new();
             for offset in (lane..shared.len()).step_by(connections) {
                 let index = first + offset;
-                let request = hyper::Request::get("/queue/status")
-                    .header(hyper::header::HOST, "line.test")
-                    .header(hyper::header::ACCEPT, "application/json")
+                let request = from_visitor(index, "/queue/status", "application/json")
                     .header(
                         hyper::header::COOKIE,
                         format!("room_ticket={}; room_probe=1", shared[offset].ticket),
                     )
-                    .header("x-forwarded-for", visitor_address(index).to_string())
                     .body(Empty::new())
                     .map_err(|e| e.to_string())?;
                 let sent = Instant::now();
