@@ -207,8 +207,9 @@ mod tests {
 
     #[test]
     fn a_queued_visitor_costs_well_under_256_bytes() {
-        // Token store slot at the worst load factor, plus nothing else per visitor: the ghost ledger
-        // and promotion table only grow with retirements and promotions, not with waiting visitors.
+        // The token store's slot at the worst load factor of a single shard; the ghost ledger and
+        // promotion table grow only with retirements and promotions. What a visitor costs in all
+        // (the abuse registry's entry included, at many line lengths) is tests/memory.rs.
         let per_entry = bytes_per_entry_estimate();
         assert!(per_entry < 256, "{per_entry} bytes");
         assert!(std::mem::size_of::<Entry>() <= 56);
