@@ -282,17 +282,28 @@ fn check_pass(
     req: &Request<Incoming>,
 ) -> (PassStatus, Option<HeaderValue>) {
     let now = unix_now();
+    let status = verified_pass(app, info, req, now);
+    let slid = status
+        .valid()
+        .and_then(|pass| app.pass.slide(pass, now, generation.config.admit_ttl))
+        .map(|value| pass_cookie(generation, info, &value));
+    (status, slid)
+}
+
+/// The request's admission pass, checked; a forged one charges its client.
+fn verified_pass(
+    app: &App,
+    info: &RequestInfo,
+    req: &Request<Incoming>,
+    now: u64,
+) -> PassStatus {
     let status = app
         .pass
         .verify_cookie(read_cookie(req.headers(), ADMIT_COOKIE), now);
     if status.is_forged() {
         app.strike(info.client, FORGED_PASS_STRIKE, "forged admission pass");
     }
-    let slid = status
-        .valid()
-        .and_then(|pass| app.pass.slide(pass, now, generation.config.admit_ttl))
-        .map(|value| pass_cookie(generation, info, &value));
-    (status, slid)
+    status
 }
 
 fn with_cookie(mut response: Response<Body>, cookie: Option<HeaderValue>) -> Response<Body> {
@@ -444,12 +455,7 @@ async fn admitted(
     hold: SlotHold,
 ) -> Response<Body> {
     let now = unix_now();
-    let status = app
-        .pass
-        .verify_cookie(read_cookie(req.headers(), ADMIT_COOKIE), now);
-    if status.is_forged() {
-        app.strike(info.client, FORGED_PASS_STRIKE, "forged admission pass");
-    }
+    let status = verified_pass(app, info, &req, now);
     let issued = app
         .pass
         .issue_for_page(&status, now, generation.config.admit_ttl);
