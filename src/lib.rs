@@ -11,6 +11,7 @@ pub mod client;
 pub mod config;
 pub mod cookies;
 pub mod demo;
+mod first_request;
 mod framing;
 pub mod logging;
 pub mod ops;

@@ -19,6 +19,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::App;
+use crate::first_request::{FirstRequest, FirstRequestDeadline};
 use crate::framing::{FramingGuard, FramingWatch};
 
 /// Slow clients get this long to send a request head (slowloris); it also bounds how long an idle
@@ -362,8 +363,11 @@ fn serve_connection(
         tls: false,
     };
     let watch = Arc::new(FramingWatch::default());
+    let first = Arc::new(FirstRequest::default());
+    let stream = FirstRequestDeadline::new(stream, first.clone(), HEADER_READ_TIMEOUT);
     let io = TokioIo::new(FramingGuard::new(stream, watch.clone()));
     let service = service_fn(move |req: hyper::Request<Incoming>| {
+        first.arrived();
         let app = app.clone();
         let ambiguous = watch.next_is_ambiguous();
         async move {

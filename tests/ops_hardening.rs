@@ -555,6 +555,38 @@ async fn slow_request_heads_are_cut_off() {
 }
 
 #[tokio::test]
+async fn connections_that_never_send_a_request_are_closed() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    // Nothing at all; half the HTTP/2 preface; the whole preface and empty settings but no
+    // stream. None of them has a request head for the header timeout to watch.
+    let openings: [&[u8]; 3] = [
+        b"",
+        b"PRI * HTTP/2.0\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+    ];
+    let started = std::time::Instant::now();
+    let waits = openings.map(|opening| async move {
+        let mut stream = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
+        stream.write_all(opening).await.unwrap();
+        let mut rest = Vec::new();
+        // A reset counts as closed as much as an orderly end does.
+        tokio::time::timeout(Duration::from_secs(15), stream.read_to_end(&mut rest))
+            .await
+            .is_ok()
+    });
+    let closed = futures_util::future::join_all(waits).await;
+    let waited = started.elapsed();
+    assert_eq!(closed, [true, true, true], "after {waited:?}");
+    assert!(
+        waited >= Duration::from_secs(5),
+        "closed after only {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(14), "closed after {waited:?}");
+}
+
+#[tokio::test]
 async fn idle_keep_alive_connections_are_closed() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let origin = origins::fast_origin();
