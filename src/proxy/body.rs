@@ -3,13 +3,15 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
 
 use super::SlotHold;
 use super::pool::Lease;
@@ -95,26 +97,69 @@ impl Body for HeldBody {
     }
 }
 
+/// What the proxy learns from the client's request body while it streams to the origin.
+#[derive(Debug)]
+pub(super) struct ClientBodyProgress {
+    /// The client's side failed (a malformed chunked body, a connection cut mid-body).
+    failed: AtomicBool,
+    /// The body is waiting for the client to send more.
+    awaiting_client: AtomicBool,
+    /// Milliseconds after `since` at which the body last moved: a frame, its end, or the start.
+    moved_at_ms: AtomicU64,
+    since: Instant,
+}
+
+impl ClientBodyProgress {
+    fn new() -> ClientBodyProgress {
+        ClientBodyProgress {
+            failed: AtomicBool::new(false),
+            awaiting_client: AtomicBool::new(false),
+            moved_at_ms: AtomicU64::new(0),
+            since: Instant::now(),
+        }
+    }
+
+    pub(super) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Whether the last look at the body found it waiting for the client.
+    pub(super) fn awaiting_client(&self) -> bool {
+        self.awaiting_client.load(Ordering::Relaxed)
+    }
+
+    /// When the body last moved: the response-head timeout counts from here, so a slow upload
+    /// that keeps moving is not cut off, and the timeout proper starts once the body is sent.
+    pub(super) fn last_moved(&self) -> Instant {
+        self.since + Duration::from_millis(self.moved_at_ms.load(Ordering::Relaxed))
+    }
+
+    fn moved(&self) {
+        let elapsed = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.moved_at_ms.store(elapsed, Ordering::Relaxed);
+    }
+}
+
 pin_project_lite::pin_project! {
-    /// The client's request body on its way to the origin. It notes when the client's side
-    /// fails (a malformed chunked body, a connection cut mid-body), so that the failed
-    /// exchange is answered as the client's fault (400) and not as the origin's (502).
+    /// The client's request body on its way to the origin, reporting its progress to the proxy
+    /// (see [`ClientBodyProgress`]): a failure on the client's side is answered as the client's
+    /// fault (400) and not as the origin's (502).
     pub(super) struct ClientBody<B> {
         #[pin]
         inner: B,
-        failed: Arc<AtomicBool>,
+        progress: Arc<ClientBodyProgress>,
     }
 }
 
 impl<B> ClientBody<B> {
-    /// The wrapped body and the flag it raises on failure.
-    pub(super) fn watch(inner: B) -> (ClientBody<B>, Arc<AtomicBool>) {
-        let failed = Arc::new(AtomicBool::new(false));
+    /// The wrapped body and the progress it reports.
+    pub(super) fn watch(inner: B) -> (ClientBody<B>, Arc<ClientBodyProgress>) {
+        let progress = Arc::new(ClientBodyProgress::new());
         let body = ClientBody {
             inner,
-            failed: Arc::clone(&failed),
+            progress: Arc::clone(&progress),
         };
-        (body, failed)
+        (body, progress)
     }
 }
 
@@ -128,8 +173,14 @@ impl<B: Body> Body for ClientBody<B> {
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let this = self.project();
         let polled = this.inner.poll_frame(cx);
-        if let Poll::Ready(Some(Err(_))) = &polled {
-            this.failed.store(true, Ordering::Relaxed);
+        let progress = &**this.progress;
+        progress
+            .awaiting_client
+            .store(polled.is_pending(), Ordering::Relaxed);
+        match &polled {
+            Poll::Pending => {}
+            Poll::Ready(Some(Err(_))) => progress.failed.store(true, Ordering::Relaxed),
+            Poll::Ready(_) => progress.moved(),
         }
         polled
     }

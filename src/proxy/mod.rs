@@ -24,7 +24,6 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -68,6 +67,7 @@ const ADDED_HEADER_BYTES: usize = 160;
 
 const BAD_GATEWAY_BODY: &str = "upstream unavailable\n";
 const BAD_REQUEST_BODY: &str = "bad request\n";
+const REQUEST_TIMEOUT_BODY: &str = "request body timed out\n";
 const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
 
 /// How to reach the origin.
@@ -255,8 +255,8 @@ impl Proxy {
         // Boxed: this path's future is several times the direct one's, and every request's
         // future would otherwise carry (and move) room for it. Only this path needs the body,
         // so only it pays for boxing it.
-        let (body, client_body_failed) = body::ClientBody::watch(body);
-        let body = (Body::new(body), client_body_failed);
+        let (body, progress) = body::ClientBody::watch(body);
+        let body = (Body::new(body), progress);
         Box::pin(self.forward_general(parts, body, upgrade, client_upgrade, ctx, hold)).await
     }
 
@@ -264,7 +264,7 @@ impl Proxy {
     async fn forward_general(
         &self,
         parts: http::request::Parts,
-        (body, client_body_failed): (Body, Arc<AtomicBool>),
+        (body, progress): (Body, Arc<body::ClientBodyProgress>),
         upgrade: Option<HeaderValue>,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
         ctx: ForwardContext<'_>,
@@ -316,14 +316,19 @@ impl Proxy {
                     .map_err(UpstreamFailure::from),
             }
         };
-        let (mut response, lease) = match self.within_header_timeout(sent).await {
-            Ok(answered) => answered,
-            Err(failure) if client_body_failed.load(Ordering::Relaxed) => {
-                tracing::debug!(error = %failure, "proxy: the client's request body failed");
-                return bad_request_body();
-            }
-            Err(failure) => return upstream_failed(&method, &ctx, &failure),
-        };
+        let (mut response, lease) =
+            match self.after_body_within_header_timeout(sent, &progress).await {
+                Ok(answered) => answered,
+                Err(failure) if progress.failed() => {
+                    tracing::debug!(error = %failure, "proxy: the client's request body failed");
+                    return bad_request_body();
+                }
+                Err(UpstreamFailure::HeaderTimeout(_)) if progress.awaiting_client() => {
+                    tracing::debug!("proxy: the client's request body stalled");
+                    return request_body_timed_out();
+                }
+                Err(failure) => return upstream_failed(&method, &ctx, &failure),
+            };
 
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
             let switched_to = response.headers().get(header::UPGRADE);
@@ -382,6 +387,31 @@ impl Proxy {
                 .await
                 .unwrap_or(Err(UpstreamFailure::HeaderTimeout(limit))),
             None => answer.await,
+        }
+    }
+
+    /// [`Proxy::within_header_timeout`] for a request with a body: the limit counts from the
+    /// body's last movement, so it bounds the wait for the response head once the body is
+    /// sent (as the original's transport does) and a stalled upload, but not a slow one.
+    async fn after_body_within_header_timeout<T>(
+        &self,
+        answer: impl Future<Output = Result<T, UpstreamFailure>>,
+        progress: &body::ClientBodyProgress,
+    ) -> Result<T, UpstreamFailure> {
+        let Some(limit) = self.header_timeout else {
+            return answer.await;
+        };
+        tokio::pin!(answer);
+        loop {
+            let deadline = progress.last_moved() + limit;
+            tokio::select! {
+                answered = &mut answer => return answered,
+                () = tokio::time::sleep_until(deadline) => {
+                    if progress.last_moved() + limit <= tokio::time::Instant::now() {
+                        return Err(UpstreamFailure::HeaderTimeout(limit));
+                    }
+                }
+            }
         }
     }
 
@@ -479,6 +509,15 @@ fn plain_response(status: StatusCode, text: &'static str) -> Response<Body> {
 /// hyper closes the connection after it, as the rest of the stream cannot be trusted.
 fn bad_request_body() -> Response<Body> {
     let mut response = plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// The client stopped sending its request body for the whole `-upstream-timeout`.
+fn request_body_timed_out() -> Response<Body> {
+    let mut response = plain_response(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT_BODY);
     response
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -428,6 +428,106 @@ async fn response_header_timeout_answers_502() {
     eventually("origin request abandoned", || origin.in_flight() == 0).await;
 }
 
+/// Sends a POST whose body is `chunks` pieces `every` apart, through a proxy with a 300 ms
+/// `-upstream-timeout`, to the echo origin; `stall_after` stops sending (without ending the
+/// body) after that many pieces.
+async fn upload_in_pieces(
+    chunks: usize,
+    every: Duration,
+    stall_after: Option<usize>,
+) -> (StatusCode, Bytes, Duration) {
+    let origin = origins::echo_origin();
+    let mut config = settings(&origin.url());
+    config.upstream_timeout = Duration::from_millis(300);
+    let front = front(Proxy::new(config).unwrap(), false);
+    let (client_body_tx, client_body) = origins::channel_body();
+    let mut conn = connect(front.addr).await;
+    let started = Instant::now();
+    let pending =
+        tokio::spawn(
+            conn.sender
+                .send_request(request(Method::POST, "/upload", &[], client_body)),
+        );
+    for piece in 0..chunks {
+        if stall_after == Some(piece) {
+            break;
+        }
+        tokio::time::sleep(every).await;
+        client_body_tx
+            .send(Frame::data(Bytes::from(format!("{piece};"))))
+            .await
+            .unwrap();
+    }
+    if stall_after.is_none() {
+        drop(client_body_tx);
+    }
+    let response = tokio::time::timeout(PATIENCE, pending)
+        .await
+        .expect("an answer in time")
+        .unwrap()
+        .unwrap();
+    let waited = started.elapsed();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    eventually("hold released after the upload", || front.holds() == 0).await;
+    (status, body, waited)
+}
+
+#[tokio::test]
+async fn a_slow_upload_that_keeps_moving_outlasts_the_header_timeout() {
+    // Six pieces 150 ms apart: 900 ms of upload against a 300 ms limit, never 300 ms idle.
+    let (status, body, waited) = upload_in_pieces(6, Duration::from_millis(150), None).await;
+    assert_eq!(status, StatusCode::OK, "{body:?}");
+    let seen: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["body"], "0;1;2;3;4;5;");
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
+}
+
+#[tokio::test]
+async fn a_stalled_upload_is_the_clients_timeout_not_the_origins() {
+    let (status, body, waited) = upload_in_pieces(6, Duration::from_millis(50), Some(2)).await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(&body[..], b"request body timed out\n");
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+}
+
+#[tokio::test]
+async fn the_header_timeout_counts_from_the_end_of_the_upload() {
+    let origin = origins::stalling_origin();
+    let mut config = settings(&origin.url());
+    config.upstream_timeout = Duration::from_millis(300);
+    let front = front(Proxy::new(config).unwrap(), false);
+    let (client_body_tx, client_body) = origins::channel_body();
+    let mut conn = connect(front.addr).await;
+    let started = Instant::now();
+    let pending =
+        tokio::spawn(
+            conn.sender
+                .send_request(request(Method::POST, "/upload", &[], client_body)),
+        );
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        client_body_tx
+            .send(Frame::data(Bytes::from_static(b"piece")))
+            .await
+            .unwrap();
+    }
+    let body_sent = started.elapsed();
+    drop(client_body_tx);
+    let response = tokio::time::timeout(PATIENCE, pending)
+        .await
+        .expect("an answer in time")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    assert!(
+        started.elapsed() >= body_sent + Duration::from_millis(300),
+        "answered {:?} after a body sent at {body_sent:?}",
+        started.elapsed()
+    );
+    eventually("hold released after the timeout", || front.holds() == 0).await;
+}
+
 #[tokio::test]
 async fn sse_events_arrive_while_the_stream_stays_open() {
     let origin = origins::sse_origin();
