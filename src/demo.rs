@@ -23,6 +23,16 @@ use tokio::sync::watch;
 /// How long a demo page takes, like an origin worker rendering it.
 pub const PAGE_DELAY: Duration = Duration::from_millis(1000);
 
+/// Marks every answer of the demo origin, so the simulated crowd tells a page that came through
+/// from the waiting room's own page without depending on the waiting page's markup.
+const FROM_ORIGIN_HEADER: &str = "x-demo-origin";
+
+/// The demo origin's static files and event stream, which an admitted visitor's page loads. The
+/// demo routes them through the asset tier and the stream guard, so they come with the admission
+/// pass instead of queueing behind the page.
+pub const ASSET_PATHS: &str = "/style.css,/app.js";
+pub const STREAM_PATHS: &str = "/clock";
+
 /// A running demo origin.
 pub struct DemoOrigin {
     pub addr: SocketAddr,
@@ -69,6 +79,14 @@ pub async fn start_origin() -> std::io::Result<DemoOrigin> {
 type DemoBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 async fn demo_response(req: Request<Incoming>) -> Response<DemoBody> {
+    let mut response = demo_answer(req).await;
+    response
+        .headers_mut()
+        .insert(FROM_ORIGIN_HEADER, header::HeaderValue::from_static("1"));
+    response
+}
+
+async fn demo_answer(req: Request<Incoming>) -> Response<DemoBody> {
     match req.uri().path() {
         "/style.css" => static_response("text/css; charset=utf-8", DEMO_CSS),
         "/app.js" => static_response("text/javascript; charset=utf-8", DEMO_JS),
@@ -180,15 +198,12 @@ async fn visit(client: &Client<HttpConnector, Full<Bytes>>, concert: SocketAddr,
         if let Some(new_ticket) = room_ticket(response.headers()) {
             ticket = Some(new_ticket);
         }
-        let queued = response.status() == StatusCode::OK && ticket.is_some() && {
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            body.windows(11).any(|w| w == b"queue/statu")
-        };
+        // The waiting page, not the origin's: wait in line.
+        let queued = response.status() == StatusCode::OK
+            && ticket.is_some()
+            && !response.headers().contains_key(FROM_ORIGIN_HEADER);
+        // Read to the end, as a browser does, so the connection is reused.
+        let _ = response.into_body().collect().await;
         if !queued {
             break;
         }

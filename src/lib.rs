@@ -644,9 +644,7 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
             .await
             .map_err(|e| StartError::Demo(e.to_string()))?;
         config.upstream = origin.url();
-        if config.source("cap") == config::Source::Default {
-            config.cap = 2;
-        }
+        apply_demo_defaults(&mut config);
         demo_origin = Some(origin);
     }
     let demo = config.demo;
@@ -686,6 +684,26 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
         tracing::info!("demo stopped");
     }
     result
+}
+
+/// What `-demo` changes where the operator left the default: a small cap so a few tabs fill it,
+/// and the demo origin's assets and clock on their own tiers (its data directory is settled
+/// with the rest of the configuration).
+fn apply_demo_defaults(config: &mut Config) {
+    let left_default = |config: &Config, key: &str| config.source(key) == config::Source::Default;
+    if left_default(config, "cap") {
+        config.cap = 2;
+    }
+    if left_default(config, "assets")
+        && let Ok(paths) = config::PathList::parse_strict(demo::ASSET_PATHS)
+    {
+        config.assets = paths;
+    }
+    if left_default(config, "stream_paths")
+        && let Ok(paths) = config::PathList::parse_strict(demo::STREAM_PATHS)
+    {
+        config.stream_paths = paths;
+    }
 }
 
 /// `-workers`, with 0 (the default, `TOKIO_WORKER_THREADS` unset) meaning one per core.

@@ -131,10 +131,35 @@ fn demo_serves_the_demo_origin_through_the_room() {
         .unwrap();
     let healthy = wait_for_health(port);
     let stats = fetch(port, "/_room/stats");
+    // The simulated crowd waits in line and is let in: admissions keep coming although the cap
+    // is 2 and every page takes a second. A crowd that never polled would leave them at the
+    // first couple, its tickets dropped after the first-poll grace.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut admitted = 0;
+    while admitted < 8 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        admitted = stat(&fetch(port, "/_room/stats"), "admitted_total");
+    }
+    let later = fetch(port, "/_room/stats");
     let _ = child.kill();
     let _ = child.wait();
     assert!(healthy);
     assert!(stats.contains("\"cap\":2"), "{stats}");
+    assert!(admitted >= 8, "only {admitted} admitted: {later}");
+    assert_eq!(
+        stat(&later, "removed_total") + stat(&later, "timeouts_total"),
+        0,
+        "{later}"
+    );
+}
+
+/// One numeric key of a `/_room/stats` answer (head included).
+fn stat(answer: &str, key: &str) -> u64 {
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|stats| stats[key].as_u64())
+        .unwrap_or(0)
 }
 
 fn fetch(port: u16, path: &str) -> String {

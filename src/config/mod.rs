@@ -504,17 +504,20 @@ fn load_extras(
     flags: &HashMap<String, String>,
     env: &dyn EnvSource,
 ) -> Result<(), ConfigError> {
-    // An explicitly empty CONCERT_DATA_DIR disables persistence, so it is not treated as unset.
-    config.data_dir = match flags.get("data-dir") {
-        Some(text) => text.clone(),
-        None => env
-            .var("CONCERT_DATA_DIR")
-            .unwrap_or_else(|| DEFAULT_DATA_DIR.to_string()),
-    };
     if let Some((text, name)) = flag_or_env(flags, env, "demo", "CONCERT_DEMO") {
         config.demo =
             value::parse_go_bool(text.trim()).map_err(|reason| invalid(&text, &name, &reason))?;
     }
+    // An explicitly empty CONCERT_DATA_DIR disables persistence, so it is not treated as unset.
+    // The demo keeps nothing unless told where: it must not restore a line from, or write into,
+    // a real deployment's default directory.
+    let default_data_dir = if config.demo { "" } else { DEFAULT_DATA_DIR };
+    config.data_dir = match flags.get("data-dir") {
+        Some(text) => text.clone(),
+        None => env
+            .var("CONCERT_DATA_DIR")
+            .unwrap_or_else(|| default_data_dir.to_string()),
+    };
     if let Some((text, name)) = flag_or_env(flags, env, "log-format", "CONCERT_LOG_FORMAT") {
         config.log_format = match text.trim() {
             "text" => LogFormat::Text,

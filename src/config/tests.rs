@@ -558,6 +558,21 @@ fn extra_options() {
     assert!(config.demo);
     assert_eq!(config.log_format, LogFormat::Json);
     assert_eq!(config.workers, 3);
+    // The demo keeps no state unless given a directory.
+    assert_eq!(config.data_dir, "");
+    assert_eq!(
+        load_with(&["-demo", "-data-dir", "/tmp/d"], &[])
+            .unwrap()
+            .data_dir,
+        "/tmp/d"
+    );
+    assert_eq!(
+        load_with(&["-demo"], &[("CONCERT_DATA_DIR", "/tmp/e")])
+            .unwrap()
+            .data_dir,
+        "/tmp/e"
+    );
+    assert_eq!(load_with(&[], &[]).unwrap().data_dir, DEFAULT_DATA_DIR);
     assert_eq!(
         load_with(&[], &[("TOKIO_WORKER_THREADS", "6")])
             .unwrap()
