@@ -291,12 +291,7 @@ fn check_pass(
 }
 
 /// The request's admission pass, checked; a forged one charges its client.
-fn verified_pass(
-    app: &App,
-    info: &RequestInfo,
-    req: &Request<Incoming>,
-    now: u64,
-) -> PassStatus {
+fn verified_pass(app: &App, info: &RequestInfo, req: &Request<Incoming>, now: u64) -> PassStatus {
     let status = app
         .pass
         .verify_cookie(read_cookie(req.headers(), ADMIT_COOKIE), now);
