@@ -140,7 +140,8 @@ impl FramingWatch {
     }
 
     fn refuse_from(&self, index: u64, refusal: Refusal) {
-        // Only the first refusal counts: it already covers every later request.
+        // Only the first refusal counts: it already covers every later request. The guard is
+        // the only writer, so reading before writing races with nothing.
         if self.refused_from.load(Ordering::Relaxed) != 0 {
             return;
         }
