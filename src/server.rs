@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::App;
 use crate::first_request::{FirstRequest, FirstRequestDeadline};
-use crate::framing::{FramingGuard, FramingWatch};
+use crate::framing::{FramingGuard, FramingWatch, Refusal};
 
 /// Slow clients get this long to send a request head (slowloris); it also bounds how long an idle
 /// keep-alive connection is kept.
@@ -369,12 +369,17 @@ fn serve_connection(
     let service = service_fn(move |req: hyper::Request<Incoming>| {
         first.arrived();
         let app = app.clone();
-        let ambiguous = watch.next_is_ambiguous();
+        let watch = watch.clone();
+        let refusal = watch.next_refusal();
         async move {
-            if ambiguous {
-                return Ok::<_, Infallible>(ambiguous_framing(&app, &req));
+            if let Some(refusal) = refusal {
+                return Ok::<_, Infallible>(refused_framing(&app, &req, refusal));
             }
-            Ok::<_, Infallible>(handle_recovering(app, conn, req).await)
+            let connect = req.method() == http::Method::CONNECT;
+            let response = handle_recovering(app, conn, req).await;
+            // Before hyper writes it: the guard may stop once the connection leaves HTTP/1.
+            watch.record_answer(connect, response.status());
+            Ok::<_, Infallible>(response)
         }
     });
     let builder = builder.clone();
@@ -390,17 +395,20 @@ fn serve_connection(
     });
 }
 
-/// The answer to a request whose head carried both `Content-Length` and `Transfer-Encoding`:
-/// it never reaches the origin, and the connection closes after the answer (hyper closes it
-/// too, having seen the same head), so nothing the client sent after it is read as a request.
-fn ambiguous_framing(app: &App, req: &hyper::Request<Incoming>) -> http::Response<Body> {
+/// The answer to a request whose head carried both `Content-Length` and `Transfer-Encoding`,
+/// or that came after framing the guard could not follow: it never reaches the origin, and the
+/// connection closes after the answer (the answer says `Connection: close`), so nothing the
+/// client sent after it is read as a request.
+fn refused_framing(
+    app: &App,
+    req: &hyper::Request<Incoming>,
+    refusal: Refusal,
+) -> http::Response<Body> {
     app.counters
         .bad_requests_total
         .fetch_add(1, Ordering::Relaxed);
-    crate::rejection::Rejection::BadRequest(
-        "Content-Length and Transfer-Encoding together".to_string(),
-    )
-    .into_response(crate::client::is_html_client(req.headers()))
+    crate::rejection::Rejection::BadRequest(refusal.reason().to_string())
+        .into_response(crate::client::is_html_client(req.headers()))
 }
 
 /// Runs the pipeline; a panic becomes an empty 500 and one log line, never a dead connection task

@@ -511,6 +511,77 @@ async fn ambiguous_request_framing_is_refused_and_never_reaches_the_origin() {
 }
 
 #[tokio::test]
+async fn a_request_hidden_behind_any_first_request_hyper_serves_is_still_refused() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let smuggled = "POST /smuggled HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    let firsts = [
+        // Asking for an upgrade the origin does not grant leaves the connection on HTTP/1.1.
+        "GET /first HTTP/1.1\r\nHost: a\r\nUpgrade: foo\r\n\r\n",
+        "GET /first HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n",
+        // Sizes and lengths with more leading zeros than a u64 has digits.
+        "POST /first HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n00000000000000003\r\nabc\r\n0\r\n\r\n",
+        "POST /first HTTP/1.1\r\nHost: a\r\nContent-Length: 000000000000000000005\r\n\r\nhello",
+    ];
+    for first in firsts {
+        let before = origin.paths().len();
+        let answer = raw_exchange(
+            concert.addr,
+            format!("{first}{smuggled}").as_bytes(),
+            Duration::from_secs(3),
+        )
+        .await;
+        assert_eq!(
+            status_lines(&answer),
+            ["HTTP/1.1 200 OK", "HTTP/1.1 400 Bad Request"],
+            "{first:?}: {answer}"
+        );
+        assert_eq!(origin.paths()[before..], ["/first"], "{first:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_granted_upgrade_carries_bytes_that_look_like_requests() {
+    let origin = origins::ws_echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-bypass", "/ws"]).await;
+    // A frame sent right behind the handshake, before the 101 (an all-zero mask leaves the
+    // payload as sent): hyper may read it ahead, and it must reach the origin as tunnel data.
+    let payload = b"POST /x HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let mut request = b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".to_vec();
+    request.extend_from_slice(&[0x81, 0x80 | payload.len() as u8, 0, 0, 0, 0]);
+    request.extend_from_slice(payload);
+    let mut stream = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, &request)
+        .await
+        .unwrap();
+    let mut echoed_frame = vec![0x81, payload.len() as u8];
+    echoed_frame.extend_from_slice(payload);
+    let mut answer = Vec::new();
+    let read = async {
+        let mut chunk = [0u8; 1024];
+        while !answer
+            .windows(echoed_frame.len())
+            .any(|w| w == echoed_frame)
+        {
+            match tokio::io::AsyncReadExt::read(&mut stream, &mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(3), read).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 101 "), "{text}");
+    assert!(
+        answer
+            .windows(echoed_frame.len())
+            .any(|w| w == echoed_frame),
+        "{text}"
+    );
+    assert_eq!(origin.paths(), ["/ws"]);
+}
+
+#[tokio::test]
 async fn request_bodies_that_look_like_requests_are_only_bodies() {
     // Framing text inside bodies (fixed and chunked) is data: nothing is refused, and each
     // request on the keep-alive connection reaches the origin once.
