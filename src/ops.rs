@@ -80,7 +80,8 @@ async fn stats(State(app): State<Arc<App>>) -> Response<Body> {
 }
 
 /// Every key of `/_room/stats`. Asset, stream and abuse figures report their configured limits
-/// and the counts of what this build served through them.
+/// and the counts of what this build served through them. Each numeric key is also a metric
+/// ([`render_metrics`]); a new one needs a family there.
 pub fn stats_json(app: &App) -> serde_json::Value {
     let generation = app.generation();
     let config = &generation.config;
@@ -244,6 +245,10 @@ fn metrics_response(app: &App, format: MetricsFormat) -> Response<Body> {
     }
 }
 
+/// Every numeric key of `/_room/stats` (under a `concert_` name; levels and limits as gauges,
+/// `…_total` keys as counters), plus what only the metrics carry: requests proxied, malformed
+/// requests and open connections per worker. Text and settings (`upstream`, `token_ttl`,
+/// `first_poll_grace`, `abuse_enabled`, `priority_lane_ranks`) stay in the JSON.
 pub fn render_metrics(app: &App, format: MetricsFormat) -> Result<String, std::fmt::Error> {
     let registry = metrics_registry(app);
     let mut text = String::new();
@@ -297,8 +302,14 @@ impl Families {
 }
 
 fn metrics_registry(app: &App) -> prometheus_client::registry::Registry {
+    let generation = app.generation();
+    let config = &generation.config;
     let room = app.room.stats();
     let abuse = app.abuse.stats();
+    let assets = generation.assets.stats();
+    let streams = generation.streams.stats();
+    let priority = &app.priority.counters;
+    let count = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     let mut families = Families(prometheus_client::registry::Registry::with_prefix(
         "concert",
     ));
@@ -323,6 +334,11 @@ fn metrics_registry(app: &App) -> prometheus_client::registry::Registry {
             "live_queue_depth",
             "Visitors holding a live ticket",
             room.live_queue_depth as f64,
+        ),
+        (
+            "max_queue_depth",
+            "Longest the line may grow (-max-queue); 0 means no limit",
+            room.max_queue_depth as f64,
         ),
         (
             "utilization",
@@ -369,6 +385,94 @@ fn metrics_registry(app: &App) -> prometheus_client::registry::Registry {
         ),
     ]);
 
+    families.gauges([
+        (
+            "asset_cap",
+            "Asset requests allowed at the origin at once, for all visitors together",
+            assets.cap as f64,
+        ),
+        (
+            "asset_in_flight",
+            "Asset requests at the origin now",
+            assets.in_flight as f64,
+        ),
+        (
+            "asset_users",
+            "Passes that hold a per-visitor asset pool",
+            assets.users as f64,
+        ),
+    ]);
+    families.labelled_gauge(
+        "asset_user_cap",
+        "Asset requests one visitor may have at the origin at once, by the HTTP version of the \
+         visitor's connection",
+        "protocol",
+        &[
+            ("h1".to_owned(), f64::from(config.asset_user_cap_h1)),
+            ("h2".to_owned(), f64::from(config.asset_user_cap_h2)),
+        ],
+    );
+    families.counters([
+        (
+            "asset_served",
+            "Asset requests forwarded to the origin",
+            assets.served_total,
+        ),
+        (
+            "asset_denied",
+            "Asset requests refused for want of a valid pass",
+            assets.denied_total,
+        ),
+        (
+            "asset_user_throttled",
+            "Asset requests refused because the visitor's own pool stayed full",
+            assets.user_throttled_total,
+        ),
+        (
+            "asset_global_throttled",
+            "Asset requests refused because the shared asset pool stayed full",
+            assets.global_throttled_total,
+        ),
+    ]);
+
+    families.gauges([
+        (
+            "stream_cap",
+            "Long-lived streams allowed at once",
+            streams.cap as f64,
+        ),
+        ("stream_active", "Streams open now", streams.active as f64),
+    ]);
+    families.counters([
+        (
+            "stream_served",
+            "Streams forwarded to the origin",
+            streams.served_total,
+        ),
+        (
+            "stream_denied",
+            "Stream requests refused for want of a valid pass",
+            streams.denied_total,
+        ),
+        (
+            "stream_throttled",
+            "Stream requests refused because every stream slot was taken",
+            streams.throttled_total,
+        ),
+    ]);
+
+    families.gauges([
+        (
+            "abuse_tracked",
+            "Clients the abuse registry tracks; 0 while abuse handling is off",
+            abuse.tracked as f64,
+        ),
+        (
+            "abuse_range_bans",
+            "Address ranges banned now; 0 while abuse handling is off",
+            abuse.range_bans as f64,
+        ),
+    ]);
     families.counters([
         (
             "abuse_strikes",
@@ -380,6 +484,66 @@ fn metrics_registry(app: &App) -> prometheus_client::registry::Registry {
             "abuse_rejected",
             "Requests refused because the client is banned",
             abuse.rejected_total,
+        ),
+        (
+            "abuse_dropped",
+            "Clients left untracked because the abuse registry was full",
+            abuse.dropped_total,
+        ),
+    ]);
+
+    families.gauges([
+        (
+            "priority_lane_cap",
+            "Requests the priority lane lets past a busy room at once",
+            generation.lane.cap() as f64,
+        ),
+        (
+            "priority_lane_in_flight",
+            "Requests holding a priority lane slot now",
+            generation.lane.in_use() as f64,
+        ),
+        (
+            "priority_lane_waiting",
+            "Requests waiting for a priority lane slot",
+            generation.lane.waiting() as f64,
+        ),
+    ]);
+    families.counters([
+        (
+            "priority_lane_served",
+            "Requests that went past a busy room through the priority lane",
+            count(&priority.lane_served),
+        ),
+        (
+            "priority_lane_full",
+            "Requests that found no priority lane slot in time",
+            count(&priority.lane_full),
+        ),
+        (
+            "priority_grants",
+            "Ranks granted by the origin's Concert-Priority header",
+            count(&priority.grants),
+        ),
+        (
+            "priority_grants_cleared",
+            "Ranks cleared by the origin's Concert-Priority header",
+            count(&priority.grants_cleared),
+        ),
+        (
+            "priority_grants_rejected",
+            "Concert-Priority header values that could not be read",
+            count(&priority.grants_rejected),
+        ),
+        (
+            "priority_forms",
+            "Form submissions that met a busy room",
+            count(&priority.forms),
+        ),
+        (
+            "priority_forms_refused",
+            "Form submissions refused because the priority lane stayed full",
+            count(&priority.forms_refused),
         ),
     ]);
 

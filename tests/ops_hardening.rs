@@ -47,6 +47,80 @@ const STATS_KEYS: &[&str] = &[
     "abuse_dropped_total",
 ];
 
+/// Every numeric key of `/_room/stats` and the sample that carries it in the metrics. A new
+/// numeric key without a row here fails `every_numeric_stats_key_is_a_metric`.
+const STATS_SAMPLES: &[(&str, &str)] = &[
+    ("cap", "concert_cap"),
+    ("occupancy", "concert_occupancy"),
+    ("queue_depth", "concert_queue_depth"),
+    ("live_queue_depth", "concert_live_queue_depth"),
+    ("max_queue_depth", "concert_max_queue_depth"),
+    ("utilization", "concert_utilization"),
+    ("queued_total", "concert_queued_total"),
+    ("evicted_total", "concert_evicted_total"),
+    ("timeouts_total", "concert_timeouts_total"),
+    ("promoted_total", "concert_promoted_total"),
+    ("removed_total", "concert_removed_total"),
+    ("admitted_total", "concert_admitted_total"),
+    ("asset_cap", "concert_asset_cap"),
+    ("asset_in_flight", "concert_asset_in_flight"),
+    ("asset_users", "concert_asset_users"),
+    (
+        "asset_user_cap_h1",
+        "concert_asset_user_cap{protocol=\"h1\"}",
+    ),
+    (
+        "asset_user_cap_h2",
+        "concert_asset_user_cap{protocol=\"h2\"}",
+    ),
+    ("asset_served_total", "concert_asset_served_total"),
+    ("asset_denied_total", "concert_asset_denied_total"),
+    (
+        "asset_user_throttled_total",
+        "concert_asset_user_throttled_total",
+    ),
+    (
+        "asset_global_throttled_total",
+        "concert_asset_global_throttled_total",
+    ),
+    ("stream_cap", "concert_stream_cap"),
+    ("stream_active", "concert_stream_active"),
+    ("stream_served_total", "concert_stream_served_total"),
+    ("stream_denied_total", "concert_stream_denied_total"),
+    ("stream_throttled_total", "concert_stream_throttled_total"),
+    ("abuse_tracked", "concert_abuse_tracked"),
+    ("abuse_range_bans", "concert_abuse_range_bans"),
+    ("abuse_strikes_total", "concert_abuse_strikes_total"),
+    ("abuse_bans_total", "concert_abuse_bans_total"),
+    ("abuse_rejected_total", "concert_abuse_rejected_total"),
+    ("abuse_dropped_total", "concert_abuse_dropped_total"),
+    ("priority_lane_in_flight", "concert_priority_lane_in_flight"),
+    ("priority_lane_cap", "concert_priority_lane_cap"),
+    ("priority_lane_waiting", "concert_priority_lane_waiting"),
+    (
+        "priority_lane_served_total",
+        "concert_priority_lane_served_total",
+    ),
+    (
+        "priority_lane_full_total",
+        "concert_priority_lane_full_total",
+    ),
+    ("priority_grants_total", "concert_priority_grants_total"),
+    (
+        "priority_grants_cleared_total",
+        "concert_priority_grants_cleared_total",
+    ),
+    (
+        "priority_grants_rejected_total",
+        "concert_priority_grants_rejected_total",
+    ),
+    ("priority_forms_total", "concert_priority_forms_total"),
+    (
+        "priority_forms_refused_total",
+        "concert_priority_forms_refused_total",
+    ),
+];
+
 /// What Prometheus 3 sends when it scrapes.
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";
 
@@ -317,6 +391,77 @@ async fn metrics_are_prometheus_text() {
     let samples = samples_of(&text, Exposition::Classic);
     assert_eq!(samples["concert_cap"], 7.0, "{text}");
     assert_eq!(samples["concert_admitted_total"], 1.0, "{text}");
+}
+
+#[tokio::test]
+async fn every_numeric_stats_key_is_a_metric() {
+    let origin = origins::fast_origin();
+    // Distinct limits, so that a metric fed from the wrong figure shows.
+    let concert = concert(&[
+        "-upstream",
+        &origin.url(),
+        "-cap",
+        "7",
+        "-max-queue",
+        "50",
+        "-asset-cap",
+        "11",
+        "-asset-user-cap-h1",
+        "3",
+        "-asset-user-cap-h2",
+        "5",
+        "-stream-cap",
+        "9",
+        "-priority-cap",
+        "4",
+    ])
+    .await;
+    let client = plain_client();
+    let _ = client.get(url(&concert, "/x")).send().await.unwrap();
+    let stats = json_of(client.get(url(&concert, "/_room/stats"))).await;
+    let (_, classic) = scrape(&concert, "/_room/metrics", None).await;
+    let (_, openmetrics) = scrape(&concert, "/_room/metrics", Some(PROMETHEUS_ACCEPT)).await;
+    let classic = samples_of(&classic, Exposition::Classic);
+    let openmetrics = samples_of(&openmetrics, Exposition::OpenMetrics);
+    assert_eq!(
+        classic.keys().collect::<Vec<_>>(),
+        openmetrics.keys().collect::<Vec<_>>(),
+        "the two formats carry different series"
+    );
+
+    let stats = stats.as_object().unwrap();
+    let numeric: Vec<_> = stats
+        .iter()
+        .filter(|(_, value)| value.is_number())
+        .collect();
+    assert!(numeric.len() >= 40, "{stats:?}");
+    let unmapped: Vec<_> = numeric
+        .iter()
+        .filter(|(key, _)| !STATS_SAMPLES.iter().any(|(mapped, _)| mapped == key))
+        .map(|(key, _)| key.as_str())
+        .collect();
+    assert!(
+        unmapped.is_empty(),
+        "stats keys without a metric: {unmapped:?}"
+    );
+    for (key, sample) in STATS_SAMPLES {
+        let expected = stats
+            .get(*key)
+            .and_then(|value| value.as_f64())
+            .unwrap_or_else(|| panic!("{key} is no longer a numeric stats key"));
+        for (format, samples) in [("classic", &classic), ("OpenMetrics", &openmetrics)] {
+            let value = samples
+                .get(*sample)
+                .unwrap_or_else(|| panic!("{format} lacks {sample} for {key}"));
+            // The smoothed utilization moves on its own between two reads.
+            if *key != "utilization" {
+                assert_eq!(*value, expected, "{format} {sample} against {key}");
+            }
+        }
+    }
+    assert_eq!(classic["concert_stream_cap"], 9.0);
+    assert_eq!(classic["concert_asset_user_cap{protocol=\"h2\"}"], 5.0);
+    assert_eq!(classic["concert_admitted_total"], 1.0);
 }
 
 #[tokio::test]
