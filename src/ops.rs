@@ -3,7 +3,8 @@
 //!
 //! The whole prefix is answered here — for every method and with or without a trailing slash — so
 //! nothing under `/_room/` ever leaks to the origin. The metrics are also answered at
-//! `-metrics-path` (`/metrics`), which Prometheus scrapes by default.
+//! `-metrics-path` (`/metrics`), which Prometheus scrapes by default, in Prometheus' classic text
+//! format or, when the scraper asks for it, OpenMetrics.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -79,7 +80,8 @@ async fn stats(State(app): State<Arc<App>>) -> Response<Body> {
 }
 
 /// Every key of `/_room/stats`. Asset, stream and abuse figures report their configured limits
-/// and the counts of what this build served through them.
+/// and the counts of what this build served through them. Each numeric key is also a metric
+/// ([`render_metrics`]); a new one needs a family there.
 pub fn stats_json(app: &App) -> serde_json::Value {
     let generation = app.generation();
     let config = &generation.config;
@@ -147,141 +149,417 @@ pub fn stats_json(app: &App) -> serde_json::Value {
     stats
 }
 
-/// Prometheus text exposition of the same figures.
-async fn metrics(State(app): State<Arc<App>>) -> Response<Body> {
-    metrics_response(&app)
+/// Prometheus exposition of the same figures, in the format the scraper asks for.
+async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Body> {
+    metrics_response(&app, MetricsFormat::negotiate(&headers))
 }
 
 /// `-metrics-path` on the public listener: the same answer as `/_room/metrics`.
-pub fn metrics_endpoint(app: &App, method: &http::Method) -> Response<Body> {
+pub fn metrics_endpoint(app: &App, method: &http::Method, headers: &HeaderMap) -> Response<Body> {
     if !matches!(*method, http::Method::GET | http::Method::HEAD) {
         return Rejection::MethodNotAllowed { allow: "GET, HEAD" }.into_response(false);
     }
-    metrics_response(app)
+    metrics_response(app, MetricsFormat::negotiate(headers))
 }
 
-fn metrics_response(app: &App) -> Response<Body> {
-    match render_metrics(app) {
+/// The two text expositions a scrape can get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsFormat {
+    /// Prometheus' classic text format (version 0.0.4), which every scraper and `curl` reads.
+    Classic,
+    /// OpenMetrics 1.0.0, for scrapers that ask for it by name (Prometheus itself does).
+    OpenMetrics,
+}
+
+impl MetricsFormat {
+    /// OpenMetrics when `Accept` names `application/openmetrics-text` with a weight at least as
+    /// high as any `text/plain`; otherwise (no `Accept`, `*/*`, `text/plain`, anything else) the
+    /// classic format. A wildcard never selects OpenMetrics: a scraper that has not heard of it
+    /// may not parse it.
+    pub fn negotiate(headers: &HeaderMap) -> MetricsFormat {
+        let mut openmetrics = 0.0_f32;
+        let mut classic = 0.0_f32;
+        let ranges = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','));
+        for range in ranges {
+            let mut parts = range.split(';');
+            let media_type = parts.next().unwrap_or_default().trim();
+            let weight = accept_weight(parts);
+            if media_type.eq_ignore_ascii_case("application/openmetrics-text") {
+                openmetrics = openmetrics.max(weight);
+            } else if media_type.eq_ignore_ascii_case("text/plain") {
+                classic = classic.max(weight);
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= classic {
+            MetricsFormat::OpenMetrics
+        } else {
+            MetricsFormat::Classic
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            MetricsFormat::Classic => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            MetricsFormat::OpenMetrics => {
+                "application/openmetrics-text; version=1.0.0; charset=utf-8"
+            }
+        }
+    }
+}
+
+/// The `q` parameter of one `Accept` range: 1 when absent, 0 when unreadable (an unreadable
+/// weight is no request for OpenMetrics).
+fn accept_weight<'a>(parameters: impl Iterator<Item = &'a str>) -> f32 {
+    for parameter in parameters {
+        let Some((name, value)) = parameter.split_once('=') else {
+            continue;
+        };
+        if name.trim().eq_ignore_ascii_case("q") {
+            return match value.trim().parse::<f32>() {
+                Ok(weight) if (0.0..=1.0).contains(&weight) => weight,
+                _ => 0.0,
+            };
+        }
+    }
+    1.0
+}
+
+fn metrics_response(app: &App, format: MetricsFormat) -> Response<Body> {
+    match render_metrics(app, format) {
         Ok(text) => {
             let mut response = Response::new(Body::from(text));
-            response.headers_mut().insert(
+            let headers = response.headers_mut();
+            headers.insert(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
+                HeaderValue::from_static(format.content_type()),
             );
+            // The body depends on `Accept`: a cache must not hand one scraper's format to another.
+            headers.insert(header::VARY, HeaderValue::from_static("accept"));
             response
         }
         Err(_) => Rejection::Internal.into_response(false),
     }
 }
 
-pub fn render_metrics(app: &App) -> Result<String, std::fmt::Error> {
-    use prometheus_client::metrics::counter::Counter;
-    use prometheus_client::metrics::gauge::Gauge;
-    use prometheus_client::registry::Registry;
-    use std::sync::atomic::AtomicU64;
-
-    let room = app.room.stats();
-    let mut registry = Registry::with_prefix("concert");
-    let mut gauge = |name: &str, help: &str, value: f64| {
-        let metric = Gauge::<f64, AtomicU64>::default();
-        metric.set(value);
-        registry.register(name, help, metric);
-    };
-    gauge(
-        "cap",
-        "Concurrent page requests allowed to the origin",
-        room.cap as f64,
-    );
-    gauge(
-        "occupancy",
-        "Page requests at the origin now",
-        room.occupancy as f64,
-    );
-    gauge(
-        "queue_depth",
-        "Tickets ahead of the serving window, abandoned ones included",
-        room.queue_depth as f64,
-    );
-    gauge(
-        "live_queue_depth",
-        "Visitors holding a live ticket",
-        room.live_queue_depth as f64,
-    );
-    gauge(
-        "utilization",
-        "Smoothed share of page slots in use",
-        room.utilization,
-    );
-    let mut counter = |name: &str, help: &str, value: u64| {
-        let metric = Counter::<u64>::default();
-        metric.inc_by(value);
-        registry.register(name, help, metric);
-    };
-    counter(
-        "queued",
-        "Visitors who were put in the line",
-        room.queued_total,
-    );
-    counter(
-        "admitted",
-        "Page requests admitted to the origin",
-        room.admitted_total,
-    );
-    counter(
-        "evicted",
-        "Tickets dropped for not polling",
-        room.evicted_total,
-    );
-    counter(
-        "timeouts",
-        "Visitors who left while waiting for a slot",
-        room.timeouts_total,
-    );
-    counter("promoted", "Tickets moved forward", room.promoted_total);
-    counter(
-        "removed",
-        "Tickets removed from the line",
-        room.removed_total,
-    );
-    counter(
-        "proxied",
-        "Requests forwarded to the origin",
-        app.counters.proxied_total.load(Ordering::Relaxed),
-    );
-    counter(
-        "bad_requests",
-        "Malformed requests refused before routing",
-        app.counters.bad_requests_total.load(Ordering::Relaxed),
-    );
-    let abuse = app.abuse.stats();
-    counter(
-        "abuse_strikes",
-        "Strikes charged against clients",
-        abuse.strikes_total,
-    );
-    counter("abuse_bans", "Bans started", abuse.bans_total);
-    counter(
-        "abuse_rejected",
-        "Requests refused because the client is banned",
-        abuse.rejected_total,
-    );
-    let connections =
-        prometheus_client::metrics::family::Family::<Vec<(String, String)>, Gauge>::default();
-    for (worker, open) in app.open_connections().into_iter().enumerate() {
-        connections
-            .get_or_create(&vec![("worker".to_owned(), worker.to_string())])
-            .set(i64::try_from(open).unwrap_or(i64::MAX));
+/// Every numeric key of `/_room/stats` (under a `concert_` name; levels and limits as gauges,
+/// `…_total` keys as counters), plus what only the metrics carry: requests proxied, malformed
+/// requests and open connections per worker. Text and settings (`upstream`, `token_ttl`,
+/// `first_poll_grace`, `abuse_enabled`, `priority_lane_ranks`) stay in the JSON.
+pub fn render_metrics(app: &App, format: MetricsFormat) -> Result<String, std::fmt::Error> {
+    let registry = metrics_registry(app);
+    let mut text = String::new();
+    match format {
+        MetricsFormat::Classic => {
+            prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?;
+        }
+        MetricsFormat::OpenMetrics => {
+            prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        }
     }
-    registry.register(
+    Ok(text)
+}
+
+/// One scrape's families, filled from snapshots of the live figures.
+struct Families(prometheus_client::registry::Registry);
+
+impl Families {
+    fn gauges<const N: usize>(&mut self, gauges: [(&str, &str, f64); N]) {
+        use prometheus_client::metrics::gauge::Gauge;
+        for (name, help, value) in gauges {
+            let metric = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+            metric.set(value);
+            self.0.register(name, help, metric);
+        }
+    }
+
+    /// `name` without `_total`: the encoders add it to the samples (and, in the classic
+    /// format, to the family).
+    fn counters<const N: usize>(&mut self, counters: [(&str, &str, u64); N]) {
+        use prometheus_client::metrics::counter::Counter;
+        for (name, help, value) in counters {
+            let metric = Counter::<u64>::default();
+            metric.inc_by(value);
+            self.0.register(name, help, metric);
+        }
+    }
+
+    fn labelled_gauge(&mut self, name: &str, help: &str, label: &str, values: &[(String, f64)]) {
+        use prometheus_client::metrics::family::Family;
+        use prometheus_client::metrics::gauge::Gauge;
+        let family =
+            Family::<Vec<(String, String)>, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        for (label_value, value) in values {
+            family
+                .get_or_create(&vec![(label.to_owned(), label_value.clone())])
+                .set(*value);
+        }
+        self.0.register(name, help, family);
+    }
+}
+
+fn metrics_registry(app: &App) -> prometheus_client::registry::Registry {
+    let generation = app.generation();
+    let config = &generation.config;
+    let room = app.room.stats();
+    let abuse = app.abuse.stats();
+    let assets = generation.assets.stats();
+    let streams = generation.streams.stats();
+    let priority = &app.priority.counters;
+    let count = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+    let mut families = Families(prometheus_client::registry::Registry::with_prefix(
+        "concert",
+    ));
+
+    families.gauges([
+        (
+            "cap",
+            "Concurrent page requests allowed to the origin",
+            room.cap as f64,
+        ),
+        (
+            "occupancy",
+            "Page requests at the origin now",
+            room.occupancy as f64,
+        ),
+        (
+            "queue_depth",
+            "Tickets ahead of the serving window, abandoned ones included",
+            room.queue_depth as f64,
+        ),
+        (
+            "live_queue_depth",
+            "Visitors holding a live ticket",
+            room.live_queue_depth as f64,
+        ),
+        (
+            "max_queue_depth",
+            "Longest the line may grow (-max-queue); 0 means no limit",
+            room.max_queue_depth as f64,
+        ),
+        (
+            "utilization",
+            "Smoothed share of page slots in use",
+            room.utilization,
+        ),
+    ]);
+    families.counters([
+        (
+            "queued",
+            "Visitors who were put in the line",
+            room.queued_total,
+        ),
+        (
+            "admitted",
+            "Page requests admitted to the origin",
+            room.admitted_total,
+        ),
+        (
+            "evicted",
+            "Tickets dropped for not polling",
+            room.evicted_total,
+        ),
+        (
+            "timeouts",
+            "Visitors who left while waiting for a slot",
+            room.timeouts_total,
+        ),
+        ("promoted", "Tickets moved forward", room.promoted_total),
+        (
+            "removed",
+            "Tickets removed from the line",
+            room.removed_total,
+        ),
+        (
+            "proxied",
+            "Requests forwarded to the origin",
+            app.counters.proxied_total.load(Ordering::Relaxed),
+        ),
+        (
+            "bad_requests",
+            "Malformed requests refused before routing",
+            app.counters.bad_requests_total.load(Ordering::Relaxed),
+        ),
+    ]);
+
+    families.gauges([
+        (
+            "asset_cap",
+            "Asset requests allowed at the origin at once, for all visitors together",
+            assets.cap as f64,
+        ),
+        (
+            "asset_in_flight",
+            "Asset requests at the origin now",
+            assets.in_flight as f64,
+        ),
+        (
+            "asset_users",
+            "Passes that hold a per-visitor asset pool",
+            assets.users as f64,
+        ),
+    ]);
+    families.labelled_gauge(
+        "asset_user_cap",
+        "Asset requests one visitor may have at the origin at once, by the HTTP version of the \
+         visitor's connection",
+        "protocol",
+        &[
+            ("h1".to_owned(), f64::from(config.asset_user_cap_h1)),
+            ("h2".to_owned(), f64::from(config.asset_user_cap_h2)),
+        ],
+    );
+    families.counters([
+        (
+            "asset_served",
+            "Asset requests forwarded to the origin",
+            assets.served_total,
+        ),
+        (
+            "asset_denied",
+            "Asset requests refused for want of a valid pass",
+            assets.denied_total,
+        ),
+        (
+            "asset_user_throttled",
+            "Asset requests refused because the visitor's own pool stayed full",
+            assets.user_throttled_total,
+        ),
+        (
+            "asset_global_throttled",
+            "Asset requests refused because the shared asset pool stayed full",
+            assets.global_throttled_total,
+        ),
+    ]);
+
+    families.gauges([
+        (
+            "stream_cap",
+            "Long-lived streams allowed at once",
+            streams.cap as f64,
+        ),
+        ("stream_active", "Streams open now", streams.active as f64),
+    ]);
+    families.counters([
+        (
+            "stream_served",
+            "Streams forwarded to the origin",
+            streams.served_total,
+        ),
+        (
+            "stream_denied",
+            "Stream requests refused for want of a valid pass",
+            streams.denied_total,
+        ),
+        (
+            "stream_throttled",
+            "Stream requests refused because every stream slot was taken",
+            streams.throttled_total,
+        ),
+    ]);
+
+    families.gauges([
+        (
+            "abuse_tracked",
+            "Clients the abuse registry tracks; 0 while abuse handling is off",
+            abuse.tracked as f64,
+        ),
+        (
+            "abuse_range_bans",
+            "Address ranges banned now; 0 while abuse handling is off",
+            abuse.range_bans as f64,
+        ),
+    ]);
+    families.counters([
+        (
+            "abuse_strikes",
+            "Strikes charged against clients",
+            abuse.strikes_total,
+        ),
+        ("abuse_bans", "Bans started", abuse.bans_total),
+        (
+            "abuse_rejected",
+            "Requests refused because the client is banned",
+            abuse.rejected_total,
+        ),
+        (
+            "abuse_dropped",
+            "Clients left untracked because the abuse registry was full",
+            abuse.dropped_total,
+        ),
+    ]);
+
+    families.gauges([
+        (
+            "priority_lane_cap",
+            "Requests the priority lane lets past a busy room at once",
+            generation.lane.cap() as f64,
+        ),
+        (
+            "priority_lane_in_flight",
+            "Requests holding a priority lane slot now",
+            generation.lane.in_use() as f64,
+        ),
+        (
+            "priority_lane_waiting",
+            "Requests waiting for a priority lane slot",
+            generation.lane.waiting() as f64,
+        ),
+    ]);
+    families.counters([
+        (
+            "priority_lane_served",
+            "Requests that went past a busy room through the priority lane",
+            count(&priority.lane_served),
+        ),
+        (
+            "priority_lane_full",
+            "Requests that found no priority lane slot in time",
+            count(&priority.lane_full),
+        ),
+        (
+            "priority_grants",
+            "Ranks granted by the origin's Concert-Priority header",
+            count(&priority.grants),
+        ),
+        (
+            "priority_grants_cleared",
+            "Ranks cleared by the origin's Concert-Priority header",
+            count(&priority.grants_cleared),
+        ),
+        (
+            "priority_grants_rejected",
+            "Concert-Priority header values that could not be read",
+            count(&priority.grants_rejected),
+        ),
+        (
+            "priority_forms",
+            "Form submissions that met a busy room",
+            count(&priority.forms),
+        ),
+        (
+            "priority_forms_refused",
+            "Form submissions refused because the priority lane stayed full",
+            count(&priority.forms_refused),
+        ),
+    ]);
+
+    let connections: Vec<(String, f64)> = app
+        .open_connections()
+        .into_iter()
+        .enumerate()
+        .map(|(worker, open)| (worker.to_string(), open as f64))
+        .collect();
+    families.labelled_gauge(
         "connections",
         "Open client connections, per serving worker",
-        connections,
+        "worker",
+        &connections,
     );
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)?;
-    Ok(text)
+    families.0
 }
 
 /// Bearer-token check for admin routes: no token configured → the route does not exist (404);
@@ -492,5 +770,71 @@ async fn abuse_ban(
             error_json(StatusCode::BAD_REQUEST, &e.to_string())
         }
         Err(e) => error_json(StatusCode::CONFLICT, &e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format_for(accept: &[&str]) -> MetricsFormat {
+        let mut headers = HeaderMap::new();
+        for value in accept {
+            headers.append(header::ACCEPT, HeaderValue::from_str(value).unwrap());
+        }
+        MetricsFormat::negotiate(&headers)
+    }
+
+    #[test]
+    fn scrapers_that_do_not_name_openmetrics_get_the_classic_format() {
+        for accept in [
+            &[][..],
+            &["*/*"],
+            &["text/plain"],
+            &["text/plain; version=0.0.4"],
+            &["text/*, application/json"],
+            &["application/openmetrics-text; q=0"],
+            &["application/openmetrics-text; q=bad"],
+            &["text/plain; version=0.0.4; q=0.9, application/openmetrics-text; q=0.5"],
+        ] {
+            assert_eq!(format_for(accept), MetricsFormat::Classic, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn scrapers_that_prefer_openmetrics_get_it() {
+        for accept in [
+            &["application/openmetrics-text"][..],
+            &["Application/OpenMetrics-Text;version=1.0.0"],
+            // Prometheus 2 and 3 as they send it.
+            &[
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                 version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+            ],
+            &[
+                "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,\
+                 application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;\
+                 escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1",
+            ],
+            // Over several header lines, and at equal weight with the classic format.
+            &["text/plain;q=0.4", "application/openmetrics-text;q=0.6"],
+            &["text/plain, application/openmetrics-text"],
+        ] {
+            assert_eq!(format_for(accept), MetricsFormat::OpenMetrics, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn each_format_names_its_own_content_type() {
+        assert!(
+            MetricsFormat::Classic
+                .content_type()
+                .starts_with("text/plain; version=0.0.4")
+        );
+        assert!(
+            MetricsFormat::OpenMetrics
+                .content_type()
+                .starts_with("application/openmetrics-text; version=1.0.0")
+        );
     }
 }

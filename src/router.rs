@@ -106,7 +106,7 @@ pub async fn handle(app: Arc<App>, conn: ConnInfo, req: Request<Incoming>) -> Re
         Stage::Asset => private_asset(&app, &generation, &info, req).await,
         Stage::AssetPublic => public_asset(&app, &generation, &info, req).await,
         Stage::Stream => stream(&app, &generation, &info, req).await,
-        Stage::Metrics => crate::ops::metrics_endpoint(&app, &method),
+        Stage::Metrics => crate::ops::metrics_endpoint(&app, &method, req.headers()),
         Stage::Gated => gated(&app, &generation, &info, req).await,
     };
     if let Some(started) = started

@@ -2,6 +2,7 @@
 
 mod support;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -45,6 +46,158 @@ const STATS_KEYS: &[&str] = &[
     "abuse_rejected_total",
     "abuse_dropped_total",
 ];
+
+/// Every numeric key of `/_room/stats` and the sample that carries it in the metrics. A new
+/// numeric key without a row here fails `every_numeric_stats_key_is_a_metric`.
+const STATS_SAMPLES: &[(&str, &str)] = &[
+    ("cap", "concert_cap"),
+    ("occupancy", "concert_occupancy"),
+    ("queue_depth", "concert_queue_depth"),
+    ("live_queue_depth", "concert_live_queue_depth"),
+    ("max_queue_depth", "concert_max_queue_depth"),
+    ("utilization", "concert_utilization"),
+    ("queued_total", "concert_queued_total"),
+    ("evicted_total", "concert_evicted_total"),
+    ("timeouts_total", "concert_timeouts_total"),
+    ("promoted_total", "concert_promoted_total"),
+    ("removed_total", "concert_removed_total"),
+    ("admitted_total", "concert_admitted_total"),
+    ("asset_cap", "concert_asset_cap"),
+    ("asset_in_flight", "concert_asset_in_flight"),
+    ("asset_users", "concert_asset_users"),
+    (
+        "asset_user_cap_h1",
+        "concert_asset_user_cap{protocol=\"h1\"}",
+    ),
+    (
+        "asset_user_cap_h2",
+        "concert_asset_user_cap{protocol=\"h2\"}",
+    ),
+    ("asset_served_total", "concert_asset_served_total"),
+    ("asset_denied_total", "concert_asset_denied_total"),
+    (
+        "asset_user_throttled_total",
+        "concert_asset_user_throttled_total",
+    ),
+    (
+        "asset_global_throttled_total",
+        "concert_asset_global_throttled_total",
+    ),
+    ("stream_cap", "concert_stream_cap"),
+    ("stream_active", "concert_stream_active"),
+    ("stream_served_total", "concert_stream_served_total"),
+    ("stream_denied_total", "concert_stream_denied_total"),
+    ("stream_throttled_total", "concert_stream_throttled_total"),
+    ("abuse_tracked", "concert_abuse_tracked"),
+    ("abuse_range_bans", "concert_abuse_range_bans"),
+    ("abuse_strikes_total", "concert_abuse_strikes_total"),
+    ("abuse_bans_total", "concert_abuse_bans_total"),
+    ("abuse_rejected_total", "concert_abuse_rejected_total"),
+    ("abuse_dropped_total", "concert_abuse_dropped_total"),
+    ("priority_lane_in_flight", "concert_priority_lane_in_flight"),
+    ("priority_lane_cap", "concert_priority_lane_cap"),
+    ("priority_lane_waiting", "concert_priority_lane_waiting"),
+    (
+        "priority_lane_served_total",
+        "concert_priority_lane_served_total",
+    ),
+    (
+        "priority_lane_full_total",
+        "concert_priority_lane_full_total",
+    ),
+    ("priority_grants_total", "concert_priority_grants_total"),
+    (
+        "priority_grants_cleared_total",
+        "concert_priority_grants_cleared_total",
+    ),
+    (
+        "priority_grants_rejected_total",
+        "concert_priority_grants_rejected_total",
+    ),
+    ("priority_forms_total", "concert_priority_forms_total"),
+    (
+        "priority_forms_refused_total",
+        "concert_priority_forms_refused_total",
+    ),
+];
+
+/// What Prometheus 3 sends when it scrapes.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Exposition {
+    Classic,
+    OpenMetrics,
+}
+
+/// Checks an exposition line by line and returns its samples (series with labels → value):
+/// every sample belongs to the family the last `# TYPE` line declared, under exactly that name
+/// in the classic format, or that name plus `_total` for an OpenMetrics counter; families are
+/// declared once, after their `# HELP`; only OpenMetrics ends with `# EOF`.
+fn samples_of(text: &str, format: Exposition) -> BTreeMap<String, f64> {
+    let mut samples = BTreeMap::new();
+    let mut declared = BTreeSet::new();
+    let mut helped = None;
+    let mut family: Option<(&str, &str)> = None;
+    let mut lines = text.lines().peekable();
+    let mut ended = false;
+    while let Some(line) = lines.next() {
+        if line == "# EOF" {
+            assert_eq!(
+                format,
+                Exposition::OpenMetrics,
+                "# EOF in the classic format"
+            );
+            assert!(lines.peek().is_none(), "lines after # EOF:\n{text}");
+            ended = true;
+        } else if let Some(help) = line.strip_prefix("# HELP ") {
+            let (name, _) = help.split_once(' ').expect(line);
+            helped = Some(name);
+        } else if let Some(declaration) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = declaration.split_once(' ').expect(line);
+            assert_eq!(helped, Some(name), "# TYPE {name} without its # HELP");
+            assert!(declared.insert(name), "{name} declared twice");
+            assert!(["counter", "gauge"].contains(&kind), "{line}");
+            if format == Exposition::Classic && kind == "counter" {
+                assert!(name.ends_with("_total"), "classic counter {name}");
+            }
+            family = Some((name, kind));
+        } else {
+            assert!(!line.starts_with('#'), "unexpected comment: {line}");
+            let (series, value) = line.rsplit_once(' ').expect(line);
+            let name = series.split('{').next().unwrap();
+            let (family_name, kind) = family.unwrap_or_else(|| panic!("{line} before any # TYPE"));
+            let expected = match (format, kind) {
+                (Exposition::OpenMetrics, "counter") => format!("{family_name}_total"),
+                _ => family_name.to_owned(),
+            };
+            assert_eq!(name, expected, "sample outside its family: {line}");
+            assert!(name.starts_with("concert_"), "{line}");
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("value of {line}"));
+            assert!(
+                samples.insert(series.to_owned(), value).is_none(),
+                "{line} twice"
+            );
+        }
+    }
+    assert_eq!(ended, format == Exposition::OpenMetrics, "# EOF:\n{text}");
+    samples
+}
+
+async fn scrape(running: &concert::Running, path: &str, accept: Option<&str>) -> (String, String) {
+    let mut request = plain_client().get(url(running, path));
+    if let Some(accept) = accept {
+        request = request.header("accept", accept);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{path}");
+    assert_eq!(response.headers()["vary"], "accept", "{path}");
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (content_type, response.text().await.unwrap())
+}
 
 async fn busy_concert(env: &[(&str, &str)]) -> (origins::Origin, concert::Running) {
     let origin = origins::held_origin();
@@ -235,9 +388,129 @@ async fn metrics_are_prometheus_text() {
         .text()
         .await
         .unwrap();
-    assert!(text.contains("concert_cap 7"), "{text}");
-    assert!(text.contains("concert_admitted_total 1"), "{text}");
-    assert!(text.contains("# EOF"));
+    let samples = samples_of(&text, Exposition::Classic);
+    assert_eq!(samples["concert_cap"], 7.0, "{text}");
+    assert_eq!(samples["concert_admitted_total"], 1.0, "{text}");
+}
+
+#[tokio::test]
+async fn every_numeric_stats_key_is_a_metric() {
+    let origin = origins::fast_origin();
+    // Distinct limits, so that a metric fed from the wrong figure shows.
+    let concert = concert(&[
+        "-upstream",
+        &origin.url(),
+        "-cap",
+        "7",
+        "-max-queue",
+        "50",
+        "-asset-cap",
+        "11",
+        "-asset-user-cap-h1",
+        "3",
+        "-asset-user-cap-h2",
+        "5",
+        "-stream-cap",
+        "9",
+        "-priority-cap",
+        "4",
+    ])
+    .await;
+    let client = plain_client();
+    let _ = client.get(url(&concert, "/x")).send().await.unwrap();
+    let stats = json_of(client.get(url(&concert, "/_room/stats"))).await;
+    let (_, classic) = scrape(&concert, "/_room/metrics", None).await;
+    let (_, openmetrics) = scrape(&concert, "/_room/metrics", Some(PROMETHEUS_ACCEPT)).await;
+    let classic = samples_of(&classic, Exposition::Classic);
+    let openmetrics = samples_of(&openmetrics, Exposition::OpenMetrics);
+    assert_eq!(
+        classic.keys().collect::<Vec<_>>(),
+        openmetrics.keys().collect::<Vec<_>>(),
+        "the two formats carry different series"
+    );
+
+    let stats = stats.as_object().unwrap();
+    let numeric: Vec<_> = stats
+        .iter()
+        .filter(|(_, value)| value.is_number())
+        .collect();
+    assert!(numeric.len() >= 40, "{stats:?}");
+    let unmapped: Vec<_> = numeric
+        .iter()
+        .filter(|(key, _)| !STATS_SAMPLES.iter().any(|(mapped, _)| mapped == key))
+        .map(|(key, _)| key.as_str())
+        .collect();
+    assert!(
+        unmapped.is_empty(),
+        "stats keys without a metric: {unmapped:?}"
+    );
+    for (key, sample) in STATS_SAMPLES {
+        let expected = stats
+            .get(*key)
+            .and_then(|value| value.as_f64())
+            .unwrap_or_else(|| panic!("{key} is no longer a numeric stats key"));
+        for (format, samples) in [("classic", &classic), ("OpenMetrics", &openmetrics)] {
+            let value = samples
+                .get(*sample)
+                .unwrap_or_else(|| panic!("{format} lacks {sample} for {key}"));
+            // The smoothed utilization moves on its own between two reads.
+            if *key != "utilization" {
+                assert_eq!(*value, expected, "{format} {sample} against {key}");
+            }
+        }
+    }
+    assert_eq!(classic["concert_stream_cap"], 9.0);
+    assert_eq!(classic["concert_asset_user_cap{protocol=\"h2\"}"], 5.0);
+    assert_eq!(classic["concert_admitted_total"], 1.0);
+}
+
+#[tokio::test]
+async fn the_metrics_format_follows_the_scrapers_accept_header() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-cap", "7"]).await;
+    for path in ["/_room/metrics", "/metrics"] {
+        // reqwest, like curl, sends `*/*`.
+        for accept in [
+            None,
+            Some("text/plain"),
+            Some("text/plain;q=0.9, application/openmetrics-text;q=0.1"),
+        ] {
+            let (content_type, text) = scrape(&concert, path, accept).await;
+            assert_eq!(
+                content_type, "text/plain; version=0.0.4; charset=utf-8",
+                "{path} {accept:?}"
+            );
+            let samples = samples_of(&text, Exposition::Classic);
+            assert_eq!(samples["concert_cap"], 7.0);
+            assert!(
+                text.contains("# TYPE concert_admitted_total counter\n"),
+                "{text}"
+            );
+        }
+        for accept in [PROMETHEUS_ACCEPT, "application/openmetrics-text"] {
+            let (content_type, text) = scrape(&concert, path, Some(accept)).await;
+            assert_eq!(
+                content_type, "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                "{path} {accept}"
+            );
+            assert!(text.ends_with("\n# EOF\n"), "{text}");
+            let samples = samples_of(&text, Exposition::OpenMetrics);
+            assert_eq!(samples["concert_cap"], 7.0);
+            assert!(text.contains("# TYPE concert_admitted counter\n"), "{text}");
+        }
+        // No Accept at all.
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(concert.addr, request.as_bytes(), Duration::from_secs(3)).await;
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4"),
+            "{answer}"
+        );
+        assert!(!answer.contains("# EOF"), "{answer}");
+    }
+    assert!(origin.paths().is_empty());
 }
 
 #[tokio::test]
@@ -277,7 +550,7 @@ async fn metrics_are_also_answered_at_the_prometheus_default_path() {
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         let content_type = response.headers()["content-type"].to_str().unwrap();
         assert!(
-            content_type.starts_with("application/openmetrics-text"),
+            content_type.starts_with("text/plain; version=0.0.4"),
             "{content_type}"
         );
         let text = response.text().await.unwrap();
@@ -301,7 +574,7 @@ async fn metrics_are_also_answered_at_the_prometheus_default_path() {
 async fn the_metrics_path_moves_turns_off_or_yields_to_a_path_list() {
     let origin = origins::echo_origin();
     let client = plain_client();
-    let is_metrics = |text: &str| text.contains("concert_cap ") && text.ends_with("# EOF\n");
+    let is_metrics = |text: &str| text.contains("\n# TYPE concert_cap gauge\nconcert_cap ");
 
     let moved = concert(&[
         "-upstream",
