@@ -164,25 +164,14 @@ pub struct PathList {
 }
 
 impl PathList {
-    /// Settings-file and API form: every entry must start with `/`.
+    /// Parses a comma-separated list. Every layer (flag, environment, settings.json, the API)
+    /// uses this one form: an entry not starting with `/` is an error, never dropped quietly,
+    /// so a typo cannot switch a ban or bypass rule off unnoticed.
     pub fn parse_strict(raw: &str) -> Result<Self, String> {
-        Self::parse(raw, true)
-    }
-
-    /// Command-line and environment form: entries not starting with `/` are dropped silently,
-    /// as the original did; every other rule still applies.
-    pub fn parse_lenient(raw: &str) -> Result<Self, String> {
-        Self::parse(raw, false)
-    }
-
-    fn parse(raw: &str, strict: bool) -> Result<Self, String> {
         let mut rules: Vec<PathRule> = Vec::new();
         for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             if !entry.starts_with('/') {
-                if strict {
-                    return Err(format!("entry {entry:?} must start with /"));
-                }
-                continue;
+                return Err(format!("entry {entry:?} must start with /"));
             }
             let rule = PathRule::parse_entry(entry)?;
             if rules.contains(&rule) {
@@ -563,11 +552,12 @@ mod tests {
     }
 
     #[test]
-    fn lenient_lists_drop_relative_entries_only() {
-        let list = PathList::parse_lenient("a, /b ,c/*").unwrap();
-        assert_eq!(list.rules(), [PathRule::Exact("/b".into())]);
-        assert!(PathList::parse_lenient("/a,/a").is_err());
-        assert!(PathList::parse_lenient("/a b").is_err());
+    fn relative_entries_are_errors_not_dropped() {
+        let error = PathList::parse_strict("/a, b").unwrap_err();
+        assert!(error.contains("\"b\""), "{error}");
+        assert!(PathList::parse_strict("a,/b").is_err());
+        assert!(PathList::parse_strict("/a,/a").is_err());
+        assert!(PathList::parse_strict("/a b").is_err());
     }
 
     #[test]
@@ -595,7 +585,7 @@ mod tests {
             "/_room/stats/*",
         ] {
             assert!(
-                PathList::parse_lenient(bad).is_err(),
+                PathList::parse_strict(bad).is_err(),
                 "{bad:?} should be rejected"
             );
         }
@@ -798,7 +788,6 @@ mod tests {
         #[test]
         fn list_parsing_never_panics(raw in "\\PC*") {
             let _ = PathList::parse_strict(&raw);
-            let _ = PathList::parse_lenient(&raw);
         }
 
         #[test]

@@ -791,9 +791,15 @@ fn route_table_and_ban_matcher_from_config() {
 }
 
 #[test]
-fn lenient_lists_drop_relative_entries_from_flags() {
-    let config = start(&["-bypass", "robots.txt,/favicon.ico"], &[]).unwrap();
-    assert_eq!(config.bypass.as_str(), "/favicon.ico");
+fn a_relative_path_entry_from_a_flag_or_the_environment_is_an_error() {
+    let error = start(&["-bypass", "robots.txt,/favicon.ico"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("-bypass") && error.contains("robots.txt"), "{error}");
+    let error = start(&[], &[("CONCERT_BAN_PATHS", ".env,/wp-login.php")])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("CONCERT_BAN_PATHS") && error.contains(".env"), "{error}");
 }
 
 proptest! {

@@ -99,7 +99,7 @@ fn finite(value: f64) -> Result<f64, String> {
 
 const DURATION_FORM: &str = "use a duration like 300ms, 30s or 1h30m";
 
-/// Decodes flag or env text (flags and env keep strings as given; lists use the lenient form).
+/// Decodes flag or env text (flags and env keep strings as given; host lists merge duplicates).
 pub(super) fn parse_text(
     def: &SettingDef,
     text: &str,
@@ -129,7 +129,7 @@ pub(super) fn parse_text(
         }
         ValueType::Str => Ok(Parsed::Str(text.to_string())),
         ValueType::Cidr => CidrList::parse(text).map(Parsed::Cidr),
-        ValueType::Paths => PathList::parse_lenient(text).map(Parsed::Paths),
+        ValueType::Paths => PathList::parse_strict(text).map(Parsed::Paths),
         ValueType::Hosts => HostList::parse_lenient(text).map(Parsed::Hosts),
     }
 }
