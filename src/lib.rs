@@ -475,27 +475,22 @@ pub async fn start_on_workers(
     let baseline = config.clone();
     let data_dir = open_data_dir(&mut config)?;
     config.validate().map_err(|e| {
+        let message = e.to_string();
+        // Point at settings.json only when a setting the message names came from it.
+        let from_file = config::table::SETTINGS.iter().any(|d| {
+            config.source(d.key) == config::Source::File
+                && (message.contains(d.flag) || message.contains(d.key))
+        });
         let hint = match &data_dir {
-            Some(dir)
-                if config::table::SETTINGS
-                    .iter()
-                    .any(|d| config.source(d.key) == config::Source::File) =>
-            {
-                format!(
-                    " (with values from {})",
-                    dir.file(persist::SETTINGS_FILE).display()
-                )
-            }
+            Some(dir) if from_file => format!(
+                " (with values from {})",
+                dir.file(persist::SETTINGS_FILE).display()
+            ),
             _ => String::new(),
         };
-        StartError::Build(BuildError::Config(format!("{e}{hint}")))
+        StartError::Build(BuildError::Config(format!("{message}{hint}")))
     })?;
-    log_summary(&config);
-    if config.admit_secret_generated {
-        tracing::warn!(
-            "CONCERT_ADMIT_SECRET is not set: using a random secret, so passes reset on restart and are not shared between instances"
-        );
-    }
+    check_unavailable_parts(&config)?;
     let listener = match listener {
         Some(listener) => listener,
         None => server::bind(&config.listen)
@@ -539,6 +534,13 @@ pub async fn start_on_workers(
             QUEUE_SNAPSHOT_EVERY,
             stop_writers.clone(),
         ));
+    }
+    // Only now, with the listener bound and saved state loaded, is the start a success.
+    log_summary(&app.generation().config);
+    if app.generation().config.admit_secret_generated {
+        tracing::warn!(
+            "CONCERT_ADMIT_SECRET is not set: using a random secret, so passes reset on restart and are not shared between instances"
+        );
     }
     background.push(app.room.spawn_reaper());
     background.push(app.abuse.spawn_janitor());
@@ -684,6 +686,54 @@ pub async fn run(mut config: Config) -> Result<(), StartError> {
         tracing::info!("demo stopped");
     }
     result
+}
+
+/// Settings of parts this version does not have yet (HTTPS with automatic certificates, the
+/// admin portal and its history, the fast lane): they are parsed and checked so an existing
+/// configuration loads, but they do nothing, and an operator who set one must hear so.
+const UNAVAILABLE_PARTS: &[(&str, &str)] = &[
+    ("portal_listen", "the admin portal"),
+    ("portal_allow", "the admin portal"),
+    ("portal_session_ttl", "the admin portal"),
+    ("portal_secure_cookie", "the admin portal"),
+    ("history_log", "the request history"),
+    ("fastlane_config", "the fast lane"),
+    ("networks_config", "the fast lane's payments"),
+    ("fastlane_entry_ttl", "the fast lane"),
+    ("pass_duration", "the fast lane's skip passes"),
+    ("tls_email", "HTTPS with automatic certificates"),
+    ("tls_cache", "HTTPS with automatic certificates"),
+    ("tls_staging", "HTTPS with automatic certificates"),
+];
+
+/// Refuses to start when HTTPS is asked for (serving plain HTTP where HTTPS was configured would
+/// be worse than not starting), and warns for every other setting of a missing part.
+fn check_unavailable_parts(config: &Config) -> Result<(), StartError> {
+    if !config.tls_domains.is_empty() {
+        return Err(StartError::Build(BuildError::Config(format!(
+            "-tls-domains {}: this version does not serve HTTPS itself; terminate TLS in front of \
+             Concert (docs/operations.md, \"nginx in front\") and leave -tls-domains and \
+             CONCERT_TLS_DOMAINS empty",
+            config.tls_domains.as_str()
+        ))));
+    }
+    if config.portal_listens() {
+        tracing::warn!(
+            "CONCERT_PORTAL_PASS is set, but this version has no admin portal yet: nothing listens on {}; use /_room/stats, /metrics and POST /_room/cap",
+            config.portal_listen
+        );
+    }
+    for (key, part) in UNAVAILABLE_PARTS {
+        if config.source(key) != config::Source::Default
+            && let Some(def) = config::table::SETTINGS.iter().find(|d| d.key == *key)
+        {
+            tracing::warn!(
+                "{} is set, but {part} is not in this version: it has no effect",
+                def.flag
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What `-demo` changes where the operator left the default: a small cap so a few tabs fill it,

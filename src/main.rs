@@ -25,7 +25,8 @@ fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1));
         }
     };
-    concert::logging::init(config.log_format == config::LogFormat::Json);
+    let config_is_json = config.log_format == config::LogFormat::Json;
+    concert::logging::init(config_is_json);
     // The main thread's runtime is the first serving worker; `run` starts the others, each on
     // a current-thread runtime of its own (see `server::serve_workers`).
     let mut runtime = tokio::runtime::Builder::new_current_thread();
@@ -40,8 +41,12 @@ fn main() -> ExitCode {
     match runtime.block_on(concert::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("concert: {e}");
+            // One line: the JSON log for log collectors, the plain line for a person.
+            if config_is_json {
+                tracing::error!("{e}");
+            } else {
+                eprintln!("concert: {e}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -49,6 +49,71 @@ fn bad_value_names_the_flag_and_value() {
 }
 
 #[test]
+fn start_up_failures_print_one_line_and_no_banner() {
+    // A whole-configuration error found after logging starts, and a bind failure.
+    let out = run(&["-bypass", "/x", "-assets", "/x", "-data-dir="]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("/x"), "{err}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = run(&["-listen", &addr, "-data-dir="]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&addr), "{err}");
+    assert!(
+        !err.contains("cap="),
+        "the start banner came before the failure: {err}"
+    );
+    assert_eq!(
+        err.lines().filter(|line| line.contains(&addr)).count(),
+        1,
+        "{err}"
+    );
+}
+
+#[test]
+fn asking_for_https_that_this_version_lacks_stops_start_up() {
+    let out = run(&["-tls-domains", "example.com", "-data-dir="]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("-tls-domains") && err.contains("example.com"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn settings_of_missing_parts_are_named_in_a_warning() {
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .args([
+            "-listen",
+            &format!("127.0.0.1:{port}"),
+            "-data-dir=",
+            "-fastlane-config",
+            "/nonexistent/fastlane.json",
+        ])
+        .env("CONCERT_PORTAL_PASS", "0123456789abcdef0123")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let healthy = wait_for_health(port);
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(healthy, "{err}");
+    assert!(
+        err.contains("-fastlane-config is set") && err.contains("no admin portal"),
+        "{err}"
+    );
+}
+
+#[test]
 fn help_exits_zero() {
     let out = run(&["-h"]);
     assert!(out.status.success());

@@ -6,13 +6,13 @@ complete -c concert -l reaper -d 'How often abandoned tickets are cleared. 0 use
 complete -c concert -l retry-after -d 'Retry-After sent to waiting clients and the page\'s poll interval. Values below 1 become 1. [default: 5] [env: CONCERT_RETRY_AFTER]' -r
 complete -c concert -l api-json -d 'Clients that do not accept HTML get a 429 JSON answer instead of the waiting page. [default: true] [env: CONCERT_API_JSON]' -r
 complete -c concert -l html -d 'HTML file used as the waiting page. Empty uses the built-in page. [default: ""] [env: CONCERT_HTML_FILE]' -r
-complete -c concert -l fastlane-config -d 'Fast lane configuration. Empty uses fastlane.json in the data directory when present. Restart to change. [default: ""] [env: CONCERT_FASTLANE_CONFIG]' -r
-complete -c concert -l networks-config -d 'Payment network configuration. Empty uses networks.json in the data directory. Restart to change. [default: ""] [env: CONCERT_NETWORKS_CONFIG]' -r
-complete -c concert -l fastlane-entry-ttl -d 'How long a paid fast lane entry stays usable. 0 or between 30s and 24h. [default: 5m0s] [env: CONCERT_FASTLANE_ENTRY_TTL]' -r
+complete -c concert -l fastlane-config -d 'Fast lane configuration. Empty uses fastlane.json in the data directory when present. Not in this version yet (no effect). Restart to change. [default: ""] [env: CONCERT_FASTLANE_CONFIG]' -r
+complete -c concert -l networks-config -d 'Payment network configuration. Empty uses networks.json in the data directory. Not in this version yet (no effect). Restart to change. [default: ""] [env: CONCERT_NETWORKS_CONFIG]' -r
+complete -c concert -l fastlane-entry-ttl -d 'How long a paid fast lane entry stays usable. 0 or between 30s and 24h. Not in this version yet (no effect). [default: 5m0s] [env: CONCERT_FASTLANE_ENTRY_TTL]' -r
 complete -c concert -l rate -d 'Price to skip the line. Pricing is on when this or the surge price is above 0. [default: 0] [env: CONCERT_RATE]' -r
 complete -c concert -l surge -d 'Extra price added as the room fills up. [default: 0] [env: CONCERT_SURGE]' -r
 complete -c concert -l skip-url -d 'Where the waiting page\'s skip-the-line link points: a path or an http(s) URL. [default: ""] [env: CONCERT_SKIP_URL]' -r
-complete -c concert -l pass -d 'How long a bought skip pass lasts. 0 or between 1m and 24h. [default: 0s] [env: CONCERT_PASS_DURATION]' -r
+complete -c concert -l pass -d 'How long a bought skip pass lasts. 0 or between 1m and 24h. Not in this version yet (no effect). [default: 0s] [env: CONCERT_PASS_DURATION]' -r
 complete -c concert -l priority-cap -d 'Extra slots for visitors holding a priority grant. 0 means a quarter of the capacity (at least 1). [default: 0] [env: CONCERT_PRIORITY_CAP]' -r
 complete -c concert -l priority-lane-rank -d 'Grant ranks up to this one may use the priority lane. 7 means no rank does. [default: 3] [env: CONCERT_PRIORITY_LANE_RANK]' -r
 complete -c concert -l priority-wait -d 'How long a priority request may wait for a lane slot. At most 1m. [default: 5s] [env: CONCERT_PRIORITY_WAIT]' -r
@@ -46,15 +46,15 @@ complete -c concert -l abuse-cooldown -d 'Length of a first ban; repeat offender
 complete -c concert -l abuse-max-cooldown -d 'Upper bound for escalating bans; not shorter than the first ban. [default: 24h0m0s] [env: CONCERT_ABUSE_MAX_COOLDOWN]' -r
 complete -c concert -l abuse-max-entries -d 'Most clients the abuse registry remembers at once. [default: 100000] [env: CONCERT_ABUSE_MAX_ENTRIES]' -r
 complete -c concert -l abuse-allow -d 'Addresses or CIDRs that never collect strikes or bans. [default: ""] [env: CONCERT_ABUSE_ALLOW]' -r
-complete -c concert -l tls-domains -d 'Host names to get Let\'s Encrypt certificates for; setting any turns on HTTPS. [default: ""] [env: CONCERT_TLS_DOMAINS]' -r
-complete -c concert -l tls-email -d 'Address Let\'s Encrypt may write to about the certificates. [default: ""] [env: CONCERT_TLS_EMAIL]' -r
-complete -c concert -l tls-cache -d 'Directory keeping the account key and certificates. [default: /var/lib/concert/acme] [env: CONCERT_TLS_CACHE]' -r
-complete -c concert -l tls-staging -d 'Get untrusted test certificates from Let\'s Encrypt staging. [default: false] [env: CONCERT_TLS_STAGING]' -r
-complete -c concert -l portal-listen -d 'Address of the admin portal listener. Empty turns the listener off. Restart to change. [default: 127.0.0.1:8081] [env: CONCERT_PORTAL_LISTEN]' -r
-complete -c concert -l portal-allow -d 'Addresses or CIDRs allowed to reach the portal. [default: 127.0.0.1/32,::1/128] [env: CONCERT_PORTAL_ALLOW]' -r
-complete -c concert -l portal-session-ttl -d 'How long a portal sign-in lasts. At least 5m. [default: 8h0m0s] [env: CONCERT_PORTAL_SESSION_TTL]' -r
-complete -c concert -l portal-secure-cookie -d 'Mark the portal session cookie Secure; turn on when the portal is reached over HTTPS. [default: false] [env: CONCERT_PORTAL_SECURE_COOKIE]' -r
-complete -c concert -l history-log -d 'Request history file. Empty uses history.jsonl in the data directory; off keeps history in memory only. Restart to change. [default: ""] [env: CONCERT_HISTORY_LOG]' -r
+complete -c concert -l tls-domains -d 'Host names to get Let\'s Encrypt certificates for. Not in this version: setting any stops start-up (terminate TLS in front). [default: ""] [env: CONCERT_TLS_DOMAINS]' -r
+complete -c concert -l tls-email -d 'Address Let\'s Encrypt may write to about the certificates. Not in this version yet (no effect). [default: ""] [env: CONCERT_TLS_EMAIL]' -r
+complete -c concert -l tls-cache -d 'Directory keeping the account key and certificates. Not in this version yet (no effect). [default: /var/lib/concert/acme] [env: CONCERT_TLS_CACHE]' -r
+complete -c concert -l tls-staging -d 'Get untrusted test certificates from Let\'s Encrypt staging. Not in this version yet (no effect). [default: false] [env: CONCERT_TLS_STAGING]' -r
+complete -c concert -l portal-listen -d 'Address of the admin portal listener. Empty turns the listener off. Not in this version yet (no effect). Restart to change. [default: 127.0.0.1:8081] [env: CONCERT_PORTAL_LISTEN]' -r
+complete -c concert -l portal-allow -d 'Addresses or CIDRs allowed to reach the portal. Not in this version yet (no effect). [default: 127.0.0.1/32,::1/128] [env: CONCERT_PORTAL_ALLOW]' -r
+complete -c concert -l portal-session-ttl -d 'How long a portal sign-in lasts. At least 5m. Not in this version yet (no effect). [default: 8h0m0s] [env: CONCERT_PORTAL_SESSION_TTL]' -r
+complete -c concert -l portal-secure-cookie -d 'Mark the portal session cookie Secure; turn on when the portal is reached over HTTPS. Not in this version yet (no effect). [default: false] [env: CONCERT_PORTAL_SECURE_COOKIE]' -r
+complete -c concert -l history-log -d 'Request history file. Empty uses history.jsonl in the data directory; off keeps history in memory only. Not in this version yet (no effect). Restart to change. [default: ""] [env: CONCERT_HISTORY_LOG]' -r
 complete -c concert -l data-dir -d 'Directory for settings.json, bans, the queue snapshot and history. Empty turns persistence off. [default: /var/lib/concert/data] [env: CONCERT_DATA_DIR]' -r
 complete -c concert -l demo -d 'Run a built-in demo origin. [default: false] [env: CONCERT_DEMO]' -r
 complete -c concert -l log-format -d 'Process log format: text or json. [default: text] [env: CONCERT_LOG_FORMAT]' -r

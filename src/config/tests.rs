@@ -795,11 +795,17 @@ fn a_relative_path_entry_from_a_flag_or_the_environment_is_an_error() {
     let error = start(&["-bypass", "robots.txt,/favicon.ico"], &[])
         .unwrap_err()
         .to_string();
-    assert!(error.contains("-bypass") && error.contains("robots.txt"), "{error}");
+    assert!(
+        error.contains("-bypass") && error.contains("robots.txt"),
+        "{error}"
+    );
     let error = start(&[], &[("CONCERT_BAN_PATHS", ".env,/wp-login.php")])
         .unwrap_err()
         .to_string();
-    assert!(error.contains("CONCERT_BAN_PATHS") && error.contains(".env"), "{error}");
+    assert!(
+        error.contains("CONCERT_BAN_PATHS") && error.contains(".env"),
+        "{error}"
+    );
 }
 
 proptest! {
