@@ -601,7 +601,7 @@ async fn set_cap(
     if let Err(rejection) = authorize(&app, &headers, client) {
         return rejection.into_response(false);
     }
-    let requested: CapBody = match serde_json::from_slice(&body) {
+    let requested: CapBody = match crate::persist::json_object(&body) {
         Ok(parsed) => parsed,
         Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
     };
@@ -744,7 +744,7 @@ async fn abuse_ban(
     if let Some(refused) = abuse_gate(&app, &headers, client) {
         return refused;
     }
-    let request: BanBody = match serde_json::from_slice(&body) {
+    let request: BanBody = match crate::persist::json_object(&body) {
         Ok(parsed) => parsed,
         Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
     };

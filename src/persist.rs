@@ -153,6 +153,15 @@ impl DataDir {
     }
 }
 
+/// Decodes a JSON document that must be an object. serde's derived decoders also take a struct
+/// written as an array of its fields (`[1, "", {...}]`), a form no operator or client means.
+pub(crate) fn json_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> {
+    match serde_json::from_slice::<serde_json::Value>(bytes)? {
+        object @ serde_json::Value::Object(_) => serde_json::from_value(object),
+        _ => Err(serde::de::Error::custom("expected a JSON object")),
+    }
+}
+
 /// `settings.json`: only the values an operator changed at runtime.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SettingsFile {
@@ -172,7 +181,7 @@ impl SettingsFile {
             message,
         };
         let file: SettingsFile =
-            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("invalid JSON: {e}")))?;
+            json_object(bytes).map_err(|e| corrupt(format!("invalid JSON: {e}")))?;
         if file.version > 1 {
             return Err(corrupt(format!(
                 "version {} is newer than this concert understands (1)",
@@ -469,6 +478,17 @@ mod tests {
             .collect();
         assert!(leftovers.is_empty());
         assert!(dir.read("missing").unwrap().is_none());
+    }
+
+    #[test]
+    fn settings_must_be_a_json_object() {
+        let path = Path::new("/data/settings.json");
+        for bad in [&b"[1,\"\",{\"cap\":5}]"[..], b"[]", b"5", b"null"] {
+            let error = SettingsFile::parse(path, bad).unwrap_err().to_string();
+            assert!(error.contains("/data/settings.json"), "{error}");
+        }
+        let file = SettingsFile::parse(path, br#"{"version":1,"settings":{"cap":5}}"#).unwrap();
+        assert_eq!(file.settings["cap"], 5);
     }
 
     #[test]

@@ -353,6 +353,16 @@ async fn cap_endpoint_needs_the_admin_token() {
         .await
         .unwrap();
     assert_eq!(zero.status(), StatusCode::BAD_REQUEST);
+    // A struct written as an array of its fields is not a cap request.
+    let array = client
+        .post(&cap_url)
+        .bearer_auth("s3cret")
+        .body("[8]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(array.status(), StatusCode::BAD_REQUEST);
+    assert_ne!(with.app.room.stats().cap, 8);
     let ok = client
         .post(&cap_url)
         .bearer_auth("s3cret")
