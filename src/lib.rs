@@ -706,8 +706,13 @@ const UNAVAILABLE_PARTS: &[(&str, &str)] = &[
     ("tls_staging", "HTTPS with automatic certificates"),
 ];
 
+/// Shorter admin tokens start with a warning (the original had no length rule, so refusing
+/// them would break existing deployments).
+const MIN_ADMIN_TOKEN_LEN: usize = 16;
+
 /// Refuses to start when HTTPS is asked for (serving plain HTTP where HTTPS was configured would
-/// be worse than not starting), and warns for every other setting of a missing part.
+/// be worse than not starting), and warns for every other setting of a missing part and for a
+/// guessable admin token.
 fn check_unavailable_parts(config: &Config) -> Result<(), StartError> {
     if !config.tls_domains.is_empty() {
         return Err(StartError::Build(BuildError::Config(format!(
@@ -716,6 +721,12 @@ fn check_unavailable_parts(config: &Config) -> Result<(), StartError> {
              CONCERT_TLS_DOMAINS empty",
             config.tls_domains.as_str()
         ))));
+    }
+    if !config.admin_token.is_empty() && config.admin_token.len() < MIN_ADMIN_TOKEN_LEN {
+        tracing::warn!(
+            "CONCERT_ADMIN_TOKEN is only {} bytes: anyone who guesses it can change the cap and bans; use at least {MIN_ADMIN_TOKEN_LEN} random bytes (e.g. openssl rand -hex 32)",
+            config.admin_token.len()
+        );
     }
     if config.portal_listens() {
         tracing::warn!(

@@ -87,7 +87,7 @@ fn asking_for_https_that_this_version_lacks_stops_start_up() {
 }
 
 #[test]
-fn settings_of_missing_parts_are_named_in_a_warning() {
+fn settings_of_missing_parts_and_a_short_admin_token_are_warned_about() {
     let port = free_port();
     let mut child = Command::new(BIN)
         .args([
@@ -98,6 +98,7 @@ fn settings_of_missing_parts_are_named_in_a_warning() {
             "/nonexistent/fastlane.json",
         ])
         .env("CONCERT_PORTAL_PASS", "0123456789abcdef0123")
+        .env("CONCERT_ADMIN_TOKEN", "letmein")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -111,6 +112,7 @@ fn settings_of_missing_parts_are_named_in_a_warning() {
         err.contains("-fastlane-config is set") && err.contains("no admin portal"),
         "{err}"
     );
+    assert!(err.contains("CONCERT_ADMIN_TOKEN is only 7 bytes"), "{err}");
 }
 
 #[test]
