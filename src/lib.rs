@@ -25,6 +25,7 @@ pub mod router;
 pub mod sema;
 pub mod server;
 mod shard;
+mod stream_activity;
 pub mod streams;
 pub mod systemd;
 pub mod walltime;

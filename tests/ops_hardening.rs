@@ -941,6 +941,37 @@ async fn connections_that_never_send_a_request_are_closed() {
 }
 
 #[tokio::test]
+async fn idle_http2_connections_are_closed_too() {
+    use http_body_util::BodyExt as _;
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let stream = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get(format!("http://{}/page", concert.addr))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let _ = response.into_body().collect().await.unwrap();
+    // Then nothing: the server says goodbye once the connection has been idle for the timeout.
+    let idle_since = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), connection)
+        .await
+        .expect("closed within the idle timeout")
+        .unwrap()
+        .unwrap();
+    let idle = idle_since.elapsed();
+    assert!(idle >= Duration::from_secs(5), "closed after only {idle:?}");
+    assert_eq!(concert.app.room.stats().occupancy, 0);
+}
+
+#[tokio::test]
 async fn idle_keep_alive_connections_are_closed() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let origin = origins::fast_origin();
