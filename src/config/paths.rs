@@ -380,13 +380,43 @@ impl BanPathMatcher {
         BanPathMatcher { index }
     }
 
+    /// Servlet containers (Tomcat, Jetty) drop each segment's `;parameters` before finding the
+    /// file, so `/.env;x` and `/.git;x/config` reach what `/.env` and `/.git/config` would.
+    /// A ban path is a trap for scanners, so it also catches those forms. Route rules do not
+    /// need this: a path that misses them is gated, which is only stricter.
     pub fn matches(&self, path: &str) -> bool {
-        self.index.lookup(path).is_some()
+        if self.index.lookup(path).is_some() {
+            return true;
+        }
+        path.contains(';') && self.index.lookup(&without_parameters(path)).is_some()
     }
 
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
+}
+
+/// `path` with each segment's `;parameters` removed; a segment that was only parameters goes
+/// too, so `/.env/;x` reads `/.env`.
+fn without_parameters(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for segment in path.split('/').skip(1) {
+        match segment.split_once(';') {
+            Some(("", _)) => {}
+            Some((name, _)) => {
+                out.push('/');
+                out.push_str(name);
+            }
+            None => {
+                out.push('/');
+                out.push_str(segment);
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
 }
 
 /// Why a request path cannot be normalised; the caller answers 400.
@@ -928,6 +958,23 @@ mod tests {
         assert_eq!(normal("/a/x%2f..;/b"), Err(PathRejection::HiddenDotSegment));
         for fine in ["/a/...;", "/a/..x;", "/a/x..;", "/a;b/../c"] {
             assert!(normal(fine).is_ok(), "{fine:?}");
+        }
+    }
+
+    #[test]
+    fn ban_paths_see_through_segment_parameters() {
+        let matcher = BanPathMatcher::new(&strict("/.env,/.git/*"));
+        for caught in [
+            "/.env;x",
+            "/.env;",
+            "/.git;v=1/config",
+            "/.git/config;x",
+            "/.env/;x",
+        ] {
+            assert!(matcher.matches(caught), "{caught:?}");
+        }
+        for missed in ["/.envx;y", "/x;/.env", "/.git;x", "/;x"] {
+            assert!(!matcher.matches(missed), "{missed:?}");
         }
     }
 
