@@ -198,14 +198,15 @@ pub fn classify(generation: &Generation, path: &str) -> Stage {
     }
 }
 
-/// The metrics path and its trailing-slash form. Path lists are consulted first, so an operator
-/// who already routes that path somewhere keeps that route.
+/// The metrics path and its trailing-slash form. A path list that routes either form keeps
+/// both: answering metrics at the other would split one path between Concert and the origin.
 fn is_metrics_path(generation: &Generation, path: &str) -> bool {
-    generation
-        .config
-        .metrics_path
-        .as_deref()
-        .is_some_and(|own| path.strip_suffix('/').unwrap_or(path) == own)
+    !generation.metrics_path_routed
+        && generation
+            .config
+            .metrics_path
+            .as_deref()
+            .is_some_and(|own| path.strip_suffix('/').unwrap_or(path) == own)
 }
 
 fn under(path: &str, prefix: &str) -> bool {

@@ -610,7 +610,16 @@ async fn the_metrics_path_moves_turns_off_or_yields_to_a_path_list() {
         .await
         .unwrap();
     assert!(is_metrics(&text.text().await.unwrap()));
-    assert_eq!(origin.paths(), ["/metrics", "/metrics", "/metrics"]);
+    // Neither form answers metrics while a list routes one of them.
+    let seen = json_of(client.get(url(&listed, "/metrics/"))).await;
+    assert_eq!(seen["path"], "/metrics/");
+    let below = concert(&["-upstream", &origin.url(), "-bypass", "/metrics/*"]).await;
+    let seen = json_of(client.get(url(&below, "/metrics"))).await;
+    assert_eq!(seen["path"], "/metrics");
+    assert_eq!(
+        origin.paths(),
+        ["/metrics", "/metrics", "/metrics", "/metrics/", "/metrics"]
+    );
 }
 
 #[tokio::test]
