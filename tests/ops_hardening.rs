@@ -689,6 +689,91 @@ async fn dot_segments_cannot_ride_a_bypass_or_asset_rule() {
     assert_eq!(holder.await.unwrap().unwrap().status(), StatusCode::OK);
 }
 
+/// Sends `GET target` with the given header lines on its own connection and returns the answer.
+async fn raw_get(addr: std::net::SocketAddr, target: &str, headers: &str) -> String {
+    let request = format!("GET {target} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n");
+    raw_exchange(addr, request.as_bytes(), Duration::from_secs(2)).await
+}
+
+#[tokio::test]
+async fn escaped_unreserved_characters_cannot_dodge_ban_paths_or_reserved_routes() {
+    let origin = origins::echo_origin();
+    let concert = concert(&[
+        "-upstream",
+        &origin.url(),
+        "-ban-paths",
+        "/.env,/wp-login.php",
+        "-trusted-proxies",
+        "127.0.0.1",
+    ])
+    .await;
+    // Each probe comes from its own client address, since a ban covers every later request.
+    let probes = [
+        "/.%65nv",
+        "/wp%2dlogin.php",
+        "/%77p-login.php",
+        "/.env;x",
+        "/.E%4eV",
+    ];
+    for (index, probe) in probes.iter().enumerate() {
+        let answer = raw_get(
+            concert.addr,
+            probe,
+            &format!(
+                "Host: shop.test\r\nX-Forwarded-For: 203.0.113.{}\r\n",
+                index + 1
+            ),
+        )
+        .await;
+        let banned = answer.starts_with("HTTP/1.1 429");
+        // `/.E%4eV` decodes to `/.ENV`, which is not the ban path: only the escape is undone.
+        assert_eq!(banned, *probe != "/.E%4eV", "{probe}: {answer}");
+    }
+    assert_eq!(origin.paths(), ["/.ENV"]);
+    for reserved in ["/%5Froom/stats", "/_room/%73tats", "/_room/st%61ts/"] {
+        let answer = raw_get(
+            concert.addr,
+            reserved,
+            "Host: shop.test\r\nX-Forwarded-For: 203.0.113.50\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{reserved}: {answer}");
+        assert!(answer.contains("\"occupancy\""), "{reserved}: {answer}");
+    }
+    // The origin receives the normalised path: unreserved escapes decoded, others kept.
+    let answer = raw_get(
+        concert.addr,
+        "/%7Euser/a%2fb%c3%a9?q=%41",
+        "Host: shop.test\r\nX-Forwarded-For: 203.0.113.60\r\n",
+    )
+    .await;
+    assert!(
+        answer.contains(r#""path":"/~user/a%2Fb%C3%A9?q=%41""#),
+        "{answer}"
+    );
+    assert_eq!(origin.hits(), 2, "{:?}", origin.paths());
+}
+
+#[tokio::test]
+async fn dot_segments_with_parameters_are_refused() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-bypass", "/public/*"]).await;
+    for climbing in [
+        "/public/..;/private",
+        "/public/..;x/private",
+        "/public/%2e%2e;/private",
+        "/public/.%2E%3b/private",
+        "/public/.;/x",
+    ] {
+        let answer = raw_get(concert.addr, climbing, "Host: shop.test\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{climbing}: {answer}");
+    }
+    assert_eq!(origin.hits(), 0, "{:?}", origin.paths());
+    // Parameters on ordinary segments are the origin's business.
+    let answer = raw_get(concert.addr, "/public/a;v=1/b", "Host: shop.test\r\n").await;
+    assert!(answer.contains(r#""path":"/public/a;v=1/b""#), "{answer}");
+}
+
 #[tokio::test]
 async fn malformed_requests_get_4xx_not_5xx() {
     let origin = origins::fast_origin();
