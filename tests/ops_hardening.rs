@@ -775,6 +775,48 @@ async fn dot_segments_with_parameters_are_refused() {
 }
 
 #[tokio::test]
+async fn requests_without_one_valid_host_never_reach_the_origin() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-bypass", "/hooks/*"]).await;
+    for (case, headers) in [
+        ("missing", ""),
+        ("twice", "Host: shop.test\r\nHost: evil.test\r\n"),
+        ("slash", "Host: shop.test/evil\r\n"),
+        ("space", "Host: shop test\r\n"),
+        ("userinfo", "Host: user@shop.test\r\n"),
+        ("query", "Host: shop.test?x=1\r\n"),
+        ("comma", "Host: shop.test,evil.test\r\n"),
+        ("port", "Host: shop.test:http\r\n"),
+    ] {
+        for path in ["/page", "/hooks/x"] {
+            let answer = raw_get(concert.addr, path, headers).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 400"),
+                "{case} {path}: {answer}"
+            );
+        }
+    }
+    let absolute = raw_get(concert.addr, "http://shop.test/hooks/x", "").await;
+    assert!(absolute.starts_with("HTTP/1.1 400"), "{absolute}");
+    assert_eq!(origin.hits(), 0, "{:?}", origin.paths());
+
+    // HTTP/1.0 may leave Host out; a valid one is forwarded as it came.
+    let old = raw_exchange(
+        concert.addr,
+        b"GET /hooks/old HTTP/1.0\r\n\r\n",
+        Duration::from_secs(2),
+    )
+    .await;
+    assert!(old.starts_with("HTTP/1.0 200"), "{old}");
+    let answer = raw_get(concert.addr, "/hooks/v6", "Host: [::1]:8080\r\n").await;
+    assert!(
+        answer.contains(r#""x-forwarded-host":["[::1]:8080"]"#),
+        "{answer}"
+    );
+    assert_eq!(origin.hits(), 2);
+}
+
+#[tokio::test]
 async fn malformed_requests_get_4xx_not_5xx() {
     let origin = origins::fast_origin();
     let concert = concert(&["-upstream", &origin.url()]).await;
