@@ -1,7 +1,7 @@
 //! The request pipeline, in order. Reading [`handle`] tells where any request goes:
 //!
-//! 1. hardening: `Host`/`:authority`, request-target length, path normalisation (the origin gets
-//!    the path the rules saw);
+//! 1. hardening: header count (HTTP/2; hyper counts HTTP/1's), `Host`/`:authority`, request-target
+//!    length, path normalisation (the origin gets the path the rules saw);
 //! 2. identify: the client address (socket peer, or trusted proxies' `X-Forwarded-For`), then
 //!    one ban lookup and the ban-path check; a banned request is answered here, on every path,
 //!    and never logged;
@@ -33,7 +33,7 @@ use crate::priority::{GrantAction, LaneDecision, LaneRequest};
 use crate::proxy::{ForwardContext, OriginPriority, SlotHold};
 use crate::rejection::Rejection;
 use crate::room::{AdmitResult, Arrival, Decision, PollOutcome, Waiting};
-use crate::server::ConnInfo;
+use crate::server::{ConnInfo, MAX_HEADERS};
 use crate::{App, Generation};
 
 /// Longest request target (path + query) Concert forwards; longer ones get 414.
@@ -124,6 +124,10 @@ fn inspect(
     conn: ConnInfo,
     req: &Request<Incoming>,
 ) -> Result<RequestInfo, Rejection> {
+    // hyper refuses an HTTP/1 head with more fields itself; HTTP/2 only bounds their size.
+    if req.version() == Version::HTTP_2 && req.headers().len() > MAX_HEADERS {
+        return Err(Rejection::TooManyHeaders);
+    }
     check_host(req)?;
     let uri = req.uri();
     let raw_target = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");

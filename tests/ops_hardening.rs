@@ -817,6 +817,35 @@ async fn requests_without_one_valid_host_never_reach_the_origin() {
 }
 
 #[tokio::test]
+async fn http2_requests_with_too_many_headers_get_431() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut many = client.get(url(&concert, "/page"));
+    for index in 0..150 {
+        many = many.header(format!("x-h{index}"), "v");
+    }
+    let response = many.send().await.unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(
+        response.status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    assert_eq!(origin.hits(), 0);
+    // Ninety are fine.
+    let mut some = client.get(url(&concert, "/page"));
+    for index in 0..90 {
+        some = some.header(format!("x-h{index}"), "v");
+    }
+    assert_eq!(some.send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(origin.hits(), 1);
+}
+
+#[tokio::test]
 async fn malformed_requests_get_4xx_not_5xx() {
     let origin = origins::fast_origin();
     let concert = concert(&["-upstream", &origin.url()]).await;
@@ -1129,4 +1158,27 @@ async fn a_busy_port_is_an_error_naming_listen() {
         .err()
         .expect("port is busy");
     assert!(err.to_string().contains("listen"), "{err}");
+}
+
+#[tokio::test]
+async fn http2_header_blocks_over_the_size_limit_get_431() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    // The h2 layer answers this one itself (`max_header_list_size`), before the pipeline.
+    let response = client
+        .get(url(&concert, "/page"))
+        .header("x-big", "b".repeat(70_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    assert_eq!(origin.hits(), 0);
 }
