@@ -835,6 +835,11 @@ async fn http2_requests_with_too_many_headers_get_431() {
         response.status(),
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
     );
+    // Concert's own answer: an HTTP/1 origin would refuse the forwarded request with a 431 too.
+    assert_eq!(
+        response.text().await.unwrap(),
+        "too many request header fields\n"
+    );
     assert_eq!(origin.hits(), 0);
     // Ninety are fine.
     let mut some = client.get(url(&concert, "/page"));
