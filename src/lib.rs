@@ -64,6 +64,8 @@ pub struct Generation {
     pub streams: streams::StreamGuard,
     /// The ranked priority lane (shared across generations, resized in place).
     pub lane: Arc<priority::Lane>,
+    /// A path list routes `-metrics-path` or its trailing-slash form, so neither answers metrics.
+    pub metrics_path_routed: bool,
 }
 
 /// Why a generation could not be built from a configuration.
@@ -91,6 +93,9 @@ impl Generation {
             &config.stream_paths,
         )
         .map_err(BuildError::Config)?;
+        let metrics_path_routed = config.metrics_path.as_deref().is_some_and(|path| {
+            routes.classify(path).is_some() || routes.classify(&format!("{path}/")).is_some()
+        });
         let proxy = match previous {
             Some(prev) if same_proxy_inputs(&prev.config, &config) => prev.proxy.clone(),
             _ => Arc::new(
@@ -134,6 +139,7 @@ impl Generation {
             assets,
             streams,
             lane,
+            metrics_path_routed,
         })
     }
 
@@ -789,8 +795,7 @@ fn warn_if_metrics_path_is_routed(generation: &Generation) {
     let Some(path) = generation.config.metrics_path.as_deref() else {
         return;
     };
-    let routed = |candidate: &str| generation.routes.classify(candidate).is_some();
-    if routed(path) || routed(&format!("{path}/")) {
+    if generation.metrics_path_routed {
         tracing::warn!(
             metrics_path = path,
             "a path list routes the metrics path, so it is not answered there; metrics stay at /_room/metrics (choose another -metrics-path to move them)"

@@ -17,6 +17,8 @@ pub enum Rejection {
     BadRequest(String),
     /// The request target is longer than Concert accepts.
     UriTooLong,
+    /// More header fields than Concert accepts (HTTP/1 requests get this from hyper).
+    TooManyHeaders,
     /// An unknown path under a reserved prefix (`/_room/…`, `/_concert/…`): answered here so it
     /// never leaks to the origin.
     ReservedNotFound,
@@ -39,6 +41,7 @@ impl Rejection {
         match self {
             Rejection::BadRequest(_) => StatusCode::BAD_REQUEST,
             Rejection::UriTooLong => StatusCode::URI_TOO_LONG,
+            Rejection::TooManyHeaders => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Rejection::ReservedNotFound | Rejection::AdminDisabled => StatusCode::NOT_FOUND,
             Rejection::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Rejection::QueueFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -84,6 +87,10 @@ impl Rejection {
             Rejection::UriTooLong => {
                 builder = builder.header(header::CONTENT_TYPE, TEXT);
                 Body::from("request target too long\n")
+            }
+            Rejection::TooManyHeaders => {
+                builder = builder.header(header::CONTENT_TYPE, TEXT);
+                Body::from("too many request header fields\n")
             }
             Rejection::ReservedNotFound => {
                 builder = builder.header(header::CONTENT_TYPE, TEXT);

@@ -1,6 +1,7 @@
 //! The request pipeline, in order. Reading [`handle`] tells where any request goes:
 //!
-//! 1. hardening: request-target length, path normalisation (the origin gets the path the rules saw);
+//! 1. hardening: header count (HTTP/2; hyper counts HTTP/1's), `Host`/`:authority`, request-target
+//!    length, path normalisation (the origin gets the path the rules saw);
 //! 2. identify: the client address (socket peer, or trusted proxies' `X-Forwarded-For`), then
 //!    one ban lookup and the ban-path check; a banned request is answered here, on every path,
 //!    and never logged;
@@ -14,12 +15,12 @@
 //!    room → admission pass issue/slide → the proxy with the page (or lane) slot held until the
 //!    response body has been delivered → the origin's priority grant.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::body::Body;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
@@ -32,7 +33,7 @@ use crate::priority::{GrantAction, LaneDecision, LaneRequest};
 use crate::proxy::{ForwardContext, OriginPriority, SlotHold};
 use crate::rejection::Rejection;
 use crate::room::{AdmitResult, Arrival, Decision, PollOutcome, Waiting};
-use crate::server::ConnInfo;
+use crate::server::{ConnInfo, MAX_HEADERS};
 use crate::{App, Generation};
 
 /// Longest request target (path + query) Concert forwards; longer ones get 414.
@@ -123,6 +124,11 @@ fn inspect(
     conn: ConnInfo,
     req: &Request<Incoming>,
 ) -> Result<RequestInfo, Rejection> {
+    // hyper refuses an HTTP/1 head with more fields itself; HTTP/2 only bounds their size.
+    if req.version() == Version::HTTP_2 && req.headers().len() > MAX_HEADERS {
+        return Err(Rejection::TooManyHeaders);
+    }
+    check_host(req)?;
     let uri = req.uri();
     let raw_target = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
     if raw_target.len() > MAX_TARGET_BYTES {
@@ -148,6 +154,70 @@ fn inspect(
         target,
         path_len,
     })
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request names its host in exactly one `Host` field, and any
+/// `Host` or authority (HTTP/2 `:authority`, absolute-form target) is a plain `host[:port]`.
+/// The proxy forwards them as `Host` and `X-Forwarded-Host`, so nothing else may pass.
+fn check_host(req: &Request<Incoming>) -> Result<(), Rejection> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if req.version() == Version::HTTP_11 => {
+            return Err(Rejection::BadRequest("missing Host header".to_string()));
+        }
+        (Some(_), Some(_)) => {
+            return Err(Rejection::BadRequest(
+                "more than one Host header".to_string(),
+            ));
+        }
+        (Some(host), None) if !is_host_and_port(host.as_bytes()) => {
+            return Err(Rejection::BadRequest("invalid Host header".to_string()));
+        }
+        _ => {}
+    }
+    if let Some(authority) = req.uri().authority()
+        && !is_host_and_port(authority.as_str().as_bytes())
+    {
+        return Err(Rejection::BadRequest(
+            "invalid request authority".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// `uri-host [ ":" port ]` (RFC 3986 §3.2.2): a bracketed IPv6 address, or a name or IPv4
+/// address of unreserved characters and sub-delimiters. Two characters the grammar allows are
+/// refused, since no DNS name or address uses them and both change meaning downstream: `%`
+/// (an origin may decode `%2F` into a slash) and `,` (it splits `X-Forwarded-Host` into two
+/// hosts). An empty value is allowed, as RFC 9112 sends one for targets without an authority.
+fn is_host_and_port(value: &[u8]) -> bool {
+    let (host_ok, rest) = match value {
+        [b'[', inner @ ..] => {
+            let Some(close) = inner.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let address = std::str::from_utf8(&inner[..close]).ok();
+            (
+                address.is_some_and(|a| a.parse::<Ipv6Addr>().is_ok()),
+                &inner[close + 1..],
+            )
+        }
+        _ => {
+            let end = value.iter().position(|&b| b == b':').unwrap_or(value.len());
+            let name = &value[..end];
+            (
+                name.iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+;=".contains(&b)),
+                &value[end..],
+            )
+        }
+    };
+    host_ok
+        && match rest {
+            [] => true,
+            [b':', port @ ..] => port.len() <= 5 && port.iter().all(u8::is_ascii_digit),
+            _ => false,
+        }
 }
 
 /// The answer to a banned client. A waiting page's status poll is told `ready` so the page
@@ -198,14 +268,15 @@ pub fn classify(generation: &Generation, path: &str) -> Stage {
     }
 }
 
-/// The metrics path and its trailing-slash form. Path lists are consulted first, so an operator
-/// who already routes that path somewhere keeps that route.
+/// The metrics path and its trailing-slash form. A path list that routes either form keeps
+/// both: answering metrics at the other would split one path between Concert and the origin.
 fn is_metrics_path(generation: &Generation, path: &str) -> bool {
-    generation
-        .config
-        .metrics_path
-        .as_deref()
-        .is_some_and(|own| path.strip_suffix('/').unwrap_or(path) == own)
+    !generation.metrics_path_routed
+        && generation
+            .config
+            .metrics_path
+            .as_deref()
+            .is_some_and(|own| path.strip_suffix('/').unwrap_or(path) == own)
 }
 
 fn under(path: &str, prefix: &str) -> bool {
@@ -705,6 +776,45 @@ mod tests {
         assert!(under("/_room/stats/", "/_room"));
         assert!(!under("/_roomy", "/_room"));
         assert!(!under("/x/_room", "/_room"));
+    }
+
+    #[test]
+    fn host_values_must_be_a_plain_host_and_port() {
+        for good in [
+            "",
+            "shop.test",
+            "shop.test:8080",
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "[::1]",
+            "[2001:db8::1]:443",
+            "xn--bcher-kva.example",
+            "a_b~c",
+            "host:",
+        ] {
+            assert!(is_host_and_port(good.as_bytes()), "{good:?}");
+        }
+        for bad in [
+            "shop.test/evil",
+            "shop test",
+            "user@shop.test",
+            "shop.test?x",
+            "shop.test#x",
+            "shop.test:80:80",
+            "shop.test:http",
+            "shop.test:123456",
+            "[::1",
+            "[nope]",
+            "[::1]x",
+            "[::1]:x",
+            "a,b",
+            "a%2Fb",
+            "a\\b",
+            "shop.test\t",
+            "é.test",
+        ] {
+            assert!(!is_host_and_port(bad.as_bytes()), "{bad:?}");
+        }
     }
 
     #[test]

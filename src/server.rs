@@ -27,8 +27,9 @@ use crate::stream_activity::{CountedBody, StreamActivity};
 /// keep-alive connection is kept, over HTTP/1 and HTTP/2 alike.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most headers one request may carry before it is answered 431. This is hyper's built-in
-/// limit: setting any limit of our own makes hyper allocate its parse arrays (about 8 KiB) on
-/// the heap for every request instead of using the stack.
+/// HTTP/1 limit: setting any limit of our own makes hyper allocate its parse arrays (about
+/// 8 KiB) on the heap for every request instead of using the stack. HTTP/2 has no such count,
+/// so the pipeline checks it there.
 pub const MAX_HEADERS: usize = 100;
 /// Largest read buffer per connection; a request head that does not fit is answered 431.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;

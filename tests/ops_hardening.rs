@@ -620,7 +620,16 @@ async fn the_metrics_path_moves_turns_off_or_yields_to_a_path_list() {
         .await
         .unwrap();
     assert!(is_metrics(&text.text().await.unwrap()));
-    assert_eq!(origin.paths(), ["/metrics", "/metrics", "/metrics"]);
+    // Neither form answers metrics while a list routes one of them.
+    let seen = json_of(client.get(url(&listed, "/metrics/"))).await;
+    assert_eq!(seen["path"], "/metrics/");
+    let below = concert(&["-upstream", &origin.url(), "-bypass", "/metrics/*"]).await;
+    let seen = json_of(client.get(url(&below, "/metrics"))).await;
+    assert_eq!(seen["path"], "/metrics");
+    assert_eq!(
+        origin.paths(),
+        ["/metrics", "/metrics", "/metrics", "/metrics/", "/metrics"]
+    );
 }
 
 #[tokio::test]
@@ -688,6 +697,167 @@ async fn dot_segments_cannot_ride_a_bypass_or_asset_rule() {
     origin.release(2);
     assert_eq!(bypass.await.unwrap().unwrap().status(), StatusCode::OK);
     assert_eq!(holder.await.unwrap().unwrap().status(), StatusCode::OK);
+}
+
+/// Sends `GET target` with the given header lines on its own connection and returns the answer.
+async fn raw_get(addr: std::net::SocketAddr, target: &str, headers: &str) -> String {
+    let request = format!("GET {target} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n");
+    raw_exchange(addr, request.as_bytes(), Duration::from_secs(2)).await
+}
+
+#[tokio::test]
+async fn escaped_unreserved_characters_cannot_dodge_ban_paths_or_reserved_routes() {
+    let origin = origins::echo_origin();
+    let concert = concert(&[
+        "-upstream",
+        &origin.url(),
+        "-ban-paths",
+        "/.env,/wp-login.php",
+        "-trusted-proxies",
+        "127.0.0.1",
+    ])
+    .await;
+    // Each probe comes from its own client address, since a ban covers every later request.
+    let probes = [
+        "/.%65nv",
+        "/wp%2dlogin.php",
+        "/%77p-login.php",
+        "/.env;x",
+        "/.E%4eV",
+    ];
+    for (index, probe) in probes.iter().enumerate() {
+        let answer = raw_get(
+            concert.addr,
+            probe,
+            &format!(
+                "Host: shop.test\r\nX-Forwarded-For: 203.0.113.{}\r\n",
+                index + 1
+            ),
+        )
+        .await;
+        let banned = answer.starts_with("HTTP/1.1 429");
+        // `/.E%4eV` decodes to `/.ENV`, which is not the ban path: only the escape is undone.
+        assert_eq!(banned, *probe != "/.E%4eV", "{probe}: {answer}");
+    }
+    assert_eq!(origin.paths(), ["/.ENV"]);
+    for reserved in ["/%5Froom/stats", "/_room/%73tats", "/_room/st%61ts/"] {
+        let answer = raw_get(
+            concert.addr,
+            reserved,
+            "Host: shop.test\r\nX-Forwarded-For: 203.0.113.50\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{reserved}: {answer}");
+        assert!(answer.contains("\"occupancy\""), "{reserved}: {answer}");
+    }
+    // The origin receives the normalised path: unreserved escapes decoded, others kept.
+    let answer = raw_get(
+        concert.addr,
+        "/%7Euser/a%2fb%c3%a9?q=%41",
+        "Host: shop.test\r\nX-Forwarded-For: 203.0.113.60\r\n",
+    )
+    .await;
+    assert!(
+        answer.contains(r#""path":"/~user/a%2Fb%C3%A9?q=%41""#),
+        "{answer}"
+    );
+    assert_eq!(origin.hits(), 2, "{:?}", origin.paths());
+}
+
+#[tokio::test]
+async fn dot_segments_with_parameters_are_refused() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-bypass", "/public/*"]).await;
+    for climbing in [
+        "/public/..;/private",
+        "/public/..;x/private",
+        "/public/%2e%2e;/private",
+        "/public/.%2E%3b/private",
+        "/public/.;/x",
+    ] {
+        let answer = raw_get(concert.addr, climbing, "Host: shop.test\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{climbing}: {answer}");
+    }
+    assert_eq!(origin.hits(), 0, "{:?}", origin.paths());
+    // Parameters on ordinary segments are the origin's business.
+    let answer = raw_get(concert.addr, "/public/a;v=1/b", "Host: shop.test\r\n").await;
+    assert!(answer.contains(r#""path":"/public/a;v=1/b""#), "{answer}");
+}
+
+#[tokio::test]
+async fn requests_without_one_valid_host_never_reach_the_origin() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-bypass", "/hooks/*"]).await;
+    for (case, headers) in [
+        ("missing", ""),
+        ("twice", "Host: shop.test\r\nHost: evil.test\r\n"),
+        ("slash", "Host: shop.test/evil\r\n"),
+        ("space", "Host: shop test\r\n"),
+        ("userinfo", "Host: user@shop.test\r\n"),
+        ("query", "Host: shop.test?x=1\r\n"),
+        ("comma", "Host: shop.test,evil.test\r\n"),
+        ("port", "Host: shop.test:http\r\n"),
+    ] {
+        for path in ["/page", "/hooks/x"] {
+            let answer = raw_get(concert.addr, path, headers).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 400"),
+                "{case} {path}: {answer}"
+            );
+        }
+    }
+    let absolute = raw_get(concert.addr, "http://shop.test/hooks/x", "").await;
+    assert!(absolute.starts_with("HTTP/1.1 400"), "{absolute}");
+    assert_eq!(origin.hits(), 0, "{:?}", origin.paths());
+
+    // HTTP/1.0 may leave Host out; a valid one is forwarded as it came.
+    let old = raw_exchange(
+        concert.addr,
+        b"GET /hooks/old HTTP/1.0\r\n\r\n",
+        Duration::from_secs(2),
+    )
+    .await;
+    assert!(old.starts_with("HTTP/1.0 200"), "{old}");
+    let answer = raw_get(concert.addr, "/hooks/v6", "Host: [::1]:8080\r\n").await;
+    assert!(
+        answer.contains(r#""x-forwarded-host":["[::1]:8080"]"#),
+        "{answer}"
+    );
+    assert_eq!(origin.hits(), 2);
+}
+
+#[tokio::test]
+async fn http2_requests_with_too_many_headers_get_431() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut many = client.get(url(&concert, "/page"));
+    for index in 0..150 {
+        many = many.header(format!("x-h{index}"), "v");
+    }
+    let response = many.send().await.unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(
+        response.status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    // Concert's own answer: an HTTP/1 origin would refuse the forwarded request with a 431 too.
+    assert_eq!(
+        response.text().await.unwrap(),
+        "too many request header fields\n"
+    );
+    assert_eq!(origin.hits(), 0);
+    // Ninety are fine.
+    let mut some = client.get(url(&concert, "/page"));
+    for index in 0..90 {
+        some = some.header(format!("x-h{index}"), "v");
+    }
+    assert_eq!(some.send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(origin.hits(), 1);
 }
 
 #[tokio::test]
@@ -1034,4 +1204,27 @@ async fn a_busy_port_is_an_error_naming_listen() {
         .err()
         .expect("port is busy");
     assert!(err.to_string().contains("listen"), "{err}");
+}
+
+#[tokio::test]
+async fn http2_header_blocks_over_the_size_limit_get_431() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    // The h2 layer answers this one itself (`max_header_list_size`), before the pipeline.
+    let response = client
+        .get(url(&concert, "/page"))
+        .header("x-big", "b".repeat(70_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    assert_eq!(origin.hits(), 0);
 }
