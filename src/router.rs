@@ -129,6 +129,9 @@ fn inspect(
         return Err(Rejection::TooManyHeaders);
     }
     check_host(req)?;
+    if req.headers().contains_key(header::TRANSFER_ENCODING) && !only_chunked(req.headers()) {
+        return Err(Rejection::UnsupportedTransferCoding);
+    }
     let uri = req.uri();
     let raw_target = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
     if raw_target.len() > MAX_TARGET_BYTES {
@@ -154,6 +157,23 @@ fn inspect(
         target,
         path_len,
     })
+}
+
+/// Whether the request's transfer codings are exactly `chunked`, the one coding the proxy decodes
+/// and re-applies. hyper reads `gzip, chunked` as plain chunked, so the origin would get
+/// compressed bytes with nothing saying so. (Codings without a final `chunked` never get here:
+/// the framing guard refuses them.)
+fn only_chunked(headers: &http::HeaderMap) -> bool {
+    let mut codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|coding| !coding.is_empty());
+    matches!(
+        (codings.next(), codings.next()),
+        (Some(coding), None) if coding.eq_ignore_ascii_case(b"chunked")
+    )
 }
 
 /// RFC 9112 §3.2: an HTTP/1.1 request names its host in exactly one `Host` field, and any

@@ -1058,6 +1058,32 @@ async fn request_bodies_that_look_like_requests_are_only_bodies() {
 }
 
 #[tokio::test]
+async fn bodies_in_other_transfer_codings_are_not_implemented() {
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    for coding in [
+        "gzip, chunked",
+        "gzip,chunked",
+        "chunked\r\nTransfer-Encoding: chunked",
+    ] {
+        let request = format!(
+            "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: {coding}\r\n\r\n0\r\n\r\n"
+        );
+        let answer = raw_exchange(concert.addr, request.as_bytes(), Duration::from_secs(5)).await;
+        assert!(answer.starts_with("HTTP/1.1 501"), "{coding}: {answer}");
+    }
+    // Plain chunked, in any case, goes through.
+    let answer = raw_exchange(
+        concert.addr,
+        b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\n\r\n0\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(origin.paths(), ["/upload"]);
+}
+
+#[tokio::test]
 async fn slow_request_heads_are_cut_off() {
     let origin = origins::fast_origin();
     let concert = concert(&["-upstream", &origin.url()]).await;
