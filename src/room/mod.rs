@@ -240,7 +240,8 @@ pub struct RoomStats {
     pub issued: u64,
     pub now_serving: u64,
     pub ghosts: u64,
-    /// Serving-edge advances per second (smoothed).
+    /// Places the waiting visitors move forward per second (smoothed): releases and ready
+    /// tickets ending, not the abandoned tickets the edge passes.
     pub admission_rate: f64,
 }
 
@@ -276,9 +277,9 @@ struct Core {
 
 impl Core {
     fn retire(&mut self, key: Key, now: u64) {
-        let advanced = self.line.retire(key);
-        if advanced > 0 {
-            self.meter.record(now, advanced);
+        let moved = self.line.retire(key);
+        if moved > 0 {
+            self.meter.record(now, moved);
         }
     }
 
@@ -369,8 +370,8 @@ impl Drop for PageSlot {
         core.occupancy = core.occupancy.saturating_sub(1);
         let drained = core.occupancy + 1 == cap;
         core.line.mark_ended(self.key);
-        let advanced = core.line.release();
-        core.meter.record(now, advanced);
+        let moved = core.line.release();
+        core.meter.record(now, moved);
         let (occupancy, depth) = (core.occupancy, core.line.queue_depth());
         drop(core);
         if drained {
@@ -638,14 +639,12 @@ impl Room {
         let settings = settings.normalized();
         let cap = settings.cap;
         self.shared.settings.store(Arc::new(settings));
-        let now = self.shared.now_ms();
         let mut core = self.shared.core.lock();
         if core.line.cap() != u64::from(cap) {
             self.shared.gate.resize(cap as usize);
-            let advanced = core.line.set_cap(u64::from(cap));
-            if advanced > 0 {
-                core.meter.record(now, advanced);
-            }
+            // A cap change is a one-off jump of the edge, not a pace the line keeps, so the
+            // wait estimate does not count it.
+            core.line.set_cap(u64::from(cap));
         }
     }
 

@@ -561,6 +561,69 @@ async fn estimate_becomes_known_once_the_line_moves() {
     assert!(room.stats().admission_rate > 0.3);
 }
 
+/// Cap 1, one visit a second, and nine abandoned tickets behind every real visitor: the edge
+/// passes ten tickets per visit, but positions fall by one a second, and that is what the
+/// rate and the estimate must say.
+#[tokio::test(start_paused = true)]
+async fn abandoned_tickets_do_not_speed_up_the_measured_rate() {
+    let room = Room::new(RoomSettings {
+        token_ttl: Duration::from_secs(600),
+        first_poll_grace: Duration::from_secs(10),
+        ..settings(1)
+    });
+    let mut held = enter(&room).await;
+    let mut real = Vec::new();
+    for _ in 0..150 {
+        let visitor = waiting(room.arrive(Arrival::default()));
+        position(room.poll(Some(&visitor.token)));
+        real.push(visitor.token);
+        for _ in 0..9 {
+            waiting(room.arrive(Arrival::default()));
+        }
+    }
+    advance(Duration::from_secs(11)).await;
+    assert_eq!(
+        room.reap_now(),
+        1_350,
+        "the never-polled tickets are retired"
+    );
+    let watched = real.pop().unwrap();
+    let mut first_position = None;
+    // Long enough for the smoothed rate to forget the idle start.
+    let seconds = 120u64;
+    for (second, token) in real.iter().take(seconds as usize).enumerate() {
+        drop(held);
+        held = slot(&room, room.arrive(with_ticket(token))).await;
+        advance(Duration::from_secs(1)).await;
+        let now_at = position(room.poll(Some(&watched)));
+        if second == 0 {
+            first_position = Some(now_at);
+        }
+    }
+    let moved = first_position.unwrap() - position(room.poll(Some(&watched)));
+    let per_second = moved as f64 / (seconds - 1) as f64;
+    assert!((per_second - 1.0).abs() < 0.05, "{per_second} places/s");
+    let rate = room.stats().admission_rate;
+    assert!(
+        (rate - per_second).abs() / per_second < 0.05,
+        "measured {rate}/s, positions fell {per_second}/s"
+    );
+    advance(Duration::from_secs(1)).await;
+    let PollOutcome::Waiting {
+        position: place,
+        estimate,
+        ..
+    } = room.poll(Some(&watched))
+    else {
+        panic!("the watched visitor left the line");
+    };
+    let wait = (place as f64 / per_second).round() as u64;
+    assert!(
+        estimate.known && estimate.min_secs <= wait && wait <= estimate.max_secs,
+        "position {place} shown {estimate:?}, real wait about {wait} s"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn reaper_task_reaps_and_stops() {
     let room = Room::new(RoomSettings {
