@@ -407,12 +407,12 @@ async fn api_json_off_gives_everyone_the_page() {
 #[tokio::test]
 async fn max_queue_turns_newcomers_away_with_retry_after() {
     let (_origin, concert, _holder) = full_room(&["-max-queue", "1"]).await;
-    let first = plain_client()
-        .get(url(&concert, "/a"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    let first = cookie_client();
+    let queued = first.get(url(&concert, "/a")).send().await.unwrap();
+    assert_eq!(queued.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Only a visitor who proved itself (here by polling) holds a place the breaker counts.
+    let status = json_of(first.get(url(&concert, "/queue/status"))).await;
+    assert_eq!(status["position"], 1);
     let second = plain_client()
         .get(url(&concert, "/b"))
         .send()
@@ -432,6 +432,47 @@ async fn max_queue_turns_newcomers_away_with_retry_after() {
     assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(page.headers().contains_key(RETRY_AFTER));
     assert!(page.text().await.unwrap().contains("refresh"));
+}
+
+/// Weak spot 5: a burst of clients that never keep the cookie fills `-max-queue` inside the
+/// first-poll grace, yet a real visitor arriving after it still gets in line.
+#[tokio::test]
+async fn a_cookieless_burst_does_not_turn_real_visitors_away() {
+    let (_origin, concert, _holder) =
+        full_room(&["-max-queue", "3", "-abuse-strikes", "2000000000"]).await;
+    let burst = plain_client();
+    for i in 0..30 {
+        let response = burst
+            .get(url(&concert, &format!("/burst/{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "burst {i}"
+        );
+    }
+    let visitor = cookie_client();
+    let page = visitor
+        .get(url(&concert, "/real"))
+        .header(ACCEPT, HTML_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        page.status(),
+        StatusCode::OK,
+        "a real newcomer is not told the line is full"
+    );
+    let status = json_of(visitor.get(url(&concert, "/queue/status"))).await;
+    assert_eq!(status["ready"], false);
+    assert!(status["position"].as_u64().unwrap() >= 1, "{status}");
+    let stats = json_of(burst.get(url(&concert, "/_room/stats"))).await;
+    // Never-polled tickets stay within max-queue on their own; the real visitor is extra.
+    assert!(stats["live_queue_depth"].as_u64().unwrap() <= 4, "{stats}");
+    assert!(stats["evicted_total"].as_u64().unwrap() >= 27, "{stats}");
+    assert_eq!(stats["max_queue_depth"], 3);
 }
 
 #[tokio::test]
