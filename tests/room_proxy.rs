@@ -476,6 +476,23 @@ async fn a_cookieless_burst_does_not_turn_real_visitors_away() {
 }
 
 #[tokio::test]
+async fn custom_html_page_gets_the_plain_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let page_path = dir.path().join("waiting.html");
+    std::fs::write(&page_path, "<p>You are number {{.Position}}</p>").unwrap();
+    let page_arg = page_path.to_str().unwrap().to_owned();
+    let (_origin, concert, _holder) = full_room(&["-html", &page_arg]).await;
+    let page = plain_client()
+        .get(url(&concert, "/page"))
+        .header(ACCEPT, HTML_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(page.text().await.unwrap(), "<p>You are number 1</p>");
+}
+
+#[tokio::test]
 async fn cookie_keeping_client_is_let_in_after_release() {
     let (origin, concert, holder) = full_room(&[]).await;
     let client = cookie_client();

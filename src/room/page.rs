@@ -4,11 +4,14 @@
 //! Templates keep the original's contract: the literal placeholders `{{.Position}}` and
 //! `{{.SkipURL}}` are replaced textually, wherever and however often they appear. The
 //! template is split once at load time so each render is a single exact-size allocation.
+//! An operator's page gets the position as a plain number, as the original gives it; only the
+//! built-in page pads it to three digits, for its own display.
 
 use std::borrow::Cow;
 use std::path::Path;
 
-/// Placeholder replaced by the visitor's position, zero-padded to three digits.
+/// Placeholder replaced by the visitor's position (zero-padded to three digits on the built-in
+/// page only).
 const POSITION_PLACEHOLDER: &str = "{{.Position}}";
 /// Placeholder replaced by the HTML-escaped skip-the-line URL.
 const SKIP_URL_PLACEHOLDER: &str = "{{.SkipURL}}";
@@ -54,10 +57,20 @@ struct Piece {
     slot: Option<Slot>,
 }
 
+/// How the position is written into the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PositionStyle {
+    /// At least three digits (`007`): the built-in page's display.
+    Padded,
+    /// Plain decimal (`7`): what an operator's template receives.
+    Plain,
+}
+
 /// A parsed waiting-page template, ready to render many times.
 #[derive(Debug, Clone)]
 pub struct WaitingPage {
     source: Cow<'static, str>,
+    style: PositionStyle,
     pieces: Vec<Piece>,
     literal_len: usize,
     position_slots: usize,
@@ -67,21 +80,21 @@ pub struct WaitingPage {
 impl WaitingPage {
     /// The page compiled into the binary.
     pub fn builtin() -> WaitingPage {
-        WaitingPage::parse(Cow::Borrowed(BUILTIN_TEMPLATE))
+        WaitingPage::parse(Cow::Borrowed(BUILTIN_TEMPLATE), PositionStyle::Padded)
     }
 
     /// An operator's custom page (`-html`). The file must be UTF-8.
     pub fn from_file(path: &Path) -> Result<WaitingPage, std::io::Error> {
         let source = std::fs::read_to_string(path)?;
-        Ok(WaitingPage::parse(Cow::Owned(source)))
+        Ok(WaitingPage::from_template(source))
     }
 
-    /// A page from template text already in memory.
+    /// An operator's page from template text already in memory.
     pub fn from_template(source: String) -> WaitingPage {
-        WaitingPage::parse(Cow::Owned(source))
+        WaitingPage::parse(Cow::Owned(source), PositionStyle::Plain)
     }
 
-    fn parse(source: Cow<'static, str>) -> WaitingPage {
+    fn parse(source: Cow<'static, str>, style: PositionStyle) -> WaitingPage {
         let text: &str = &source;
         let mut pieces = Vec::new();
         let mut literal_len = 0;
@@ -130,6 +143,7 @@ impl WaitingPage {
         }
         WaitingPage {
             source,
+            style,
             pieces,
             literal_len,
             position_slots,
@@ -137,11 +151,16 @@ impl WaitingPage {
         }
     }
 
-    /// The page for a visitor at `position` (zero-padded to three digits, longer numbers in
-    /// full) with `skip_url` HTML-escaped so it is safe in text and quoted attributes.
+    /// The page for a visitor at `position` (on the built-in page zero-padded to three digits,
+    /// longer numbers in full) with `skip_url` HTML-escaped so it is safe in text and quoted
+    /// attributes.
     pub fn render(&self, position: u64, skip_url: &str) -> String {
         let mut digits_buf = [0u8; 20];
-        let digits = padded_position(position, &mut digits_buf);
+        let min_digits = match self.style {
+            PositionStyle::Padded => 3,
+            PositionStyle::Plain => 1,
+        };
+        let digits = position_digits(position, min_digits, &mut digits_buf);
         let escaped_len = escaped_html_len(skip_url);
         let total = self.literal_len
             + self.position_slots * digits.len()
@@ -162,8 +181,9 @@ impl WaitingPage {
     }
 }
 
-/// Writes `position` as decimal, at least three digits, into `buf` without allocating.
-fn padded_position(position: u64, buf: &mut [u8; 20]) -> &str {
+/// Writes `position` as decimal, zero-padded to `min_digits` (at most 20), into `buf` without
+/// allocating.
+fn position_digits(position: u64, min_digits: usize, buf: &mut [u8; 20]) -> &str {
     let mut value = position;
     let mut start = buf.len();
     loop {
@@ -175,7 +195,7 @@ fn padded_position(position: u64, buf: &mut [u8; 20]) -> &str {
             break;
         }
     }
-    while buf.len() - start < 3 {
+    while buf.len() - start < min_digits.min(buf.len()) {
         start -= 1;
         buf[start] = b'0';
     }
@@ -218,9 +238,13 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    fn padded(source: &str) -> WaitingPage {
+        WaitingPage::parse(Cow::Owned(source.to_owned()), PositionStyle::Padded)
+    }
+
     #[test]
-    fn position_is_padded_to_three_digits() {
-        let page = WaitingPage::from_template("[{{.Position}}]".to_owned());
+    fn builtin_style_pads_the_position_to_three_digits() {
+        let page = padded("[{{.Position}}]");
         assert_eq!(page.render(0, ""), "[000]");
         assert_eq!(page.render(7, ""), "[007]");
         assert_eq!(page.render(42, ""), "[042]");
@@ -229,10 +253,22 @@ mod tests {
 
     #[test]
     fn position_over_999_is_shown_in_full() {
-        let page = WaitingPage::from_template("{{.Position}}".to_owned());
+        let page = padded("{{.Position}}");
         assert_eq!(page.render(1000, ""), "1000");
         assert_eq!(page.render(123_456, ""), "123456");
         assert_eq!(page.render(u64::MAX, ""), u64::MAX.to_string());
+    }
+
+    #[test]
+    fn custom_pages_get_the_plain_decimal_position() {
+        let page = WaitingPage::from_template("[{{.Position}}]".to_owned());
+        assert_eq!(page.render(0, ""), "[0]");
+        assert_eq!(page.render(1, ""), "[1]");
+        assert_eq!(page.render(42, ""), "[42]");
+        assert_eq!(page.render(1000, ""), "[1000]");
+        assert_eq!(page.render(u64::MAX, ""), format!("[{}]", u64::MAX));
+        let rendered = page.render(5, "");
+        assert_eq!(rendered.capacity(), rendered.len());
     }
 
     #[test]
@@ -240,7 +276,7 @@ mod tests {
         let page = WaitingPage::from_template(
             "a{{.Position}}b{{.SkipURL}}c{{.Position}}{{.SkipURL}}".to_owned(),
         );
-        assert_eq!(page.render(12, "/skip"), "a012b/skipc012/skip");
+        assert_eq!(page.render(12, "/skip"), "a12b/skipc12/skip");
     }
 
     #[test]
@@ -265,7 +301,7 @@ mod tests {
         let page = WaitingPage::from_template(source.to_owned());
         assert_eq!(
             page.render(5, "/s"),
-            "{{.Other}} {{.Position {{ .Position}} {{.Posi005"
+            "{{.Other}} {{.Position {{ .Position}} {{.Posi5"
         );
     }
 
@@ -343,7 +379,7 @@ mod tests {
         let page = WaitingPage::from_file(file.path()).unwrap();
         assert_eq!(
             page.render(9, "/s'k"),
-            "<p>#009 <a href='/s&#39;k'>go</a></p>"
+            "<p>#9 <a href='/s&#39;k'>go</a></p>"
         );
     }
 
