@@ -492,6 +492,69 @@ async fn custom_html_page_gets_the_plain_position() {
     assert_eq!(page.text().await.unwrap(), "<p>You are number 1</p>");
 }
 
+/// `room_ticket`=… and `room_probe`=… pairs from a waiting page's cookies, as a `Cookie` header.
+fn room_cookie_header(response: &reqwest::Response) -> String {
+    ["room_ticket", "room_probe"]
+        .iter()
+        .map(|name| set_cookies(response, name)[0].split(';').next().unwrap())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A visitor without JavaScript only reloads the page. The built-in page reloads itself in time
+/// for the first-poll grace, and each reload keeps the place; a ticket nobody comes back for is
+/// dropped when the grace ends.
+#[tokio::test]
+async fn reloading_the_builtin_page_without_script_keeps_the_place() {
+    let (_origin, concert, _holder) = full_room(&["-first-poll-grace", "10s"]).await;
+    let view = |cookie: Option<String>| {
+        let mut request = plain_client()
+            .get(url(&concert, "/page"))
+            .header(ACCEPT, HTML_ACCEPT);
+        if let Some(cookie) = cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        request.send()
+    };
+    let page = view(None).await.unwrap();
+    let cookie = room_cookie_header(&page);
+    let body = page.text().await.unwrap();
+    assert!(
+        body.contains(r#"<noscript><meta http-equiv="refresh" content="5"></noscript>"#),
+        "the page reloads itself within the 10 s grace"
+    );
+    assert!(body.contains("every 5 seconds"));
+    let silent = view(None).await.unwrap();
+    assert_eq!(silent.status(), StatusCode::OK);
+    // Reload when the page says, then let the grace run out for both tickets.
+    for wait in [5_000, 5_500] {
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let reload = view(Some(cookie.clone())).await.unwrap();
+        assert_eq!(reload.status(), StatusCode::OK);
+        assert!(
+            reload
+                .text()
+                .await
+                .unwrap()
+                .contains(r#"id="position">001<"#)
+        );
+    }
+    concert.app.room.reap_now();
+    let stats = concert.app.room.stats();
+    assert_eq!(stats.live_queue_depth, 1, "{stats:?}");
+    assert_eq!(
+        stats.evicted_total, 1,
+        "only the ticket never seen again went"
+    );
+    let status = json_of(
+        plain_client()
+            .get(url(&concert, "/queue/status"))
+            .header(COOKIE, cookie),
+    )
+    .await;
+    assert_eq!(status["position"], 1, "{status}");
+}
+
 #[tokio::test]
 async fn cookie_keeping_client_is_let_in_after_release() {
     let (origin, concert, holder) = full_room(&[]).await;

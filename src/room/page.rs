@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::time::Duration;
 
 /// Placeholder replaced by the visitor's position (zero-padded to three digits on the built-in
 /// page only).
@@ -17,6 +18,11 @@ const POSITION_PLACEHOLDER: &str = "{{.Position}}";
 const SKIP_URL_PLACEHOLDER: &str = "{{.SkipURL}}";
 
 const BUILTIN_TEMPLATE: &str = include_str!("../../templates/waiting.html");
+/// Built-in page only: the seconds between its reloads without JavaScript, filled in once when
+/// the page is built (operators' templates never see it).
+const RELOAD_PLACEHOLDER: &str = "{{.ReloadSeconds}}";
+/// The no-script reload interval is half the deadline, but never longer than this.
+const MAX_RELOAD: Duration = Duration::from_secs(60);
 
 /// Script of the built-in page, served at `/_concert/waiting.js`.
 pub const WAITING_JS: &str = include_str!("../../static/waiting.js");
@@ -78,9 +84,18 @@ pub struct WaitingPage {
 }
 
 impl WaitingPage {
-    /// The page compiled into the binary.
+    /// The page compiled into the binary, for the room's default grace and token lifetime.
     pub fn builtin() -> WaitingPage {
-        WaitingPage::parse(Cow::Borrowed(BUILTIN_TEMPLATE), PositionStyle::Padded)
+        let defaults = super::RoomSettings::default();
+        WaitingPage::builtin_for(defaults.first_poll_grace, defaults.token_ttl)
+    }
+
+    /// The page compiled into the binary for these room settings: without JavaScript it
+    /// reloads itself every [`no_script_reload`] seconds, and says so.
+    pub fn builtin_for(first_poll_grace: Duration, token_ttl: Duration) -> WaitingPage {
+        let every = no_script_reload(first_poll_grace, token_ttl).as_secs();
+        let source = BUILTIN_TEMPLATE.replace(RELOAD_PLACEHOLDER, &every.to_string());
+        WaitingPage::parse(Cow::Owned(source), PositionStyle::Padded)
     }
 
     /// An operator's custom page (`-html`). The file must be UTF-8.
@@ -179,6 +194,22 @@ impl WaitingPage {
         debug_assert_eq!(out.len(), total, "render size precomputation is off");
         out
     }
+}
+
+/// How often a visitor without JavaScript must reload the built-in page to keep their place.
+///
+/// A reload with the ticket cookie counts as being seen, both for the first-poll grace and for
+/// the token lifetime, but only if it lands in time: the first one before the grace runs out
+/// (or the lifetime, with the grace off), later ones within the lifetime. Half the tighter
+/// deadline leaves room for a slow page load; whole seconds, at least 1, at most a minute.
+pub fn no_script_reload(first_poll_grace: Duration, token_ttl: Duration) -> Duration {
+    let deadline = if first_poll_grace.is_zero() {
+        token_ttl
+    } else {
+        first_poll_grace.min(token_ttl)
+    };
+    let half = Duration::from_secs(deadline.as_secs() / 2);
+    half.clamp(Duration::from_secs(1), MAX_RELOAD)
 }
 
 /// Writes `position` as decimal, zero-padded to `min_digits` (at most 20), into `buf` without
@@ -311,6 +342,46 @@ mod tests {
         assert_eq!(page.render(3, "/skip"), "<p>plain</p>");
         let empty = WaitingPage::from_template(String::new());
         assert_eq!(empty.render(3, "/skip"), "");
+    }
+
+    #[test]
+    fn no_script_reload_beats_the_grace_and_the_lifetime() {
+        let secs = Duration::from_secs;
+        assert_eq!(no_script_reload(secs(30), secs(300)), secs(15));
+        assert_eq!(no_script_reload(secs(2), secs(300)), secs(1));
+        assert_eq!(no_script_reload(secs(45), secs(20)), secs(10));
+        assert_eq!(no_script_reload(Duration::ZERO, secs(300)), MAX_RELOAD);
+        assert_eq!(no_script_reload(Duration::ZERO, secs(30)), secs(15));
+        assert_eq!(no_script_reload(secs(3), secs(1)), secs(1));
+    }
+
+    #[test]
+    fn builtin_page_without_script_reloads_itself_before_the_grace_ends() {
+        let page = WaitingPage::builtin_for(Duration::from_secs(8), Duration::from_secs(300));
+        let rendered = page.render(3, "");
+        let noscript_meta = r#"<noscript><meta http-equiv="refresh" content="4"></noscript>"#;
+        assert!(
+            rendered.contains(noscript_meta),
+            "no self-reload for no-script visitors"
+        );
+        assert!(
+            rendered.contains("every 4 seconds"),
+            "the advice names the interval"
+        );
+        assert!(
+            !rendered.contains("every minute"),
+            "advice the grace would break"
+        );
+        assert!(!rendered.contains(RELOAD_PLACEHOLDER));
+        // The default page matches the default settings (30 s grace).
+        let default = WaitingPage::builtin().render(3, "");
+        assert!(default.contains(r#"content="15""#) && default.contains("every 15 seconds"));
+    }
+
+    #[test]
+    fn custom_pages_keep_the_reload_placeholder_as_text() {
+        let page = WaitingPage::from_template("{{.ReloadSeconds}}".to_owned());
+        assert_eq!(page.render(1, ""), "{{.ReloadSeconds}}");
     }
 
     #[test]
