@@ -104,8 +104,8 @@ impl Generation {
             ),
         };
         let page = match previous {
-            Some(prev) if prev.config.html == config.html => prev.page.clone(),
-            _ => Arc::new(load_page(&config.html)?),
+            Some(prev) if same_page_inputs(&prev.config, &config) => prev.page.clone(),
+            _ => Arc::new(load_page(&config)?),
         };
         let cookies = CookieAttrs::new(
             &config.cookie_path,
@@ -178,9 +178,22 @@ fn proxy_settings(config: &Config) -> Result<ProxySettings, BuildError> {
     })
 }
 
-fn load_page(path: &str) -> Result<WaitingPage, BuildError> {
+/// The built-in page tells visitors without JavaScript how often to reload, which follows the
+/// grace and the token lifetime; an operator's page depends on its file alone.
+fn same_page_inputs(a: &Config, b: &Config) -> bool {
+    a.html == b.html
+        && (!a.html.trim().is_empty()
+            || (a.first_poll_grace == b.first_poll_grace
+                && a.effective_token_ttl() == b.effective_token_ttl()))
+}
+
+fn load_page(config: &Config) -> Result<WaitingPage, BuildError> {
+    let path = config.html.as_str();
     if path.trim().is_empty() {
-        return Ok(WaitingPage::builtin());
+        return Ok(WaitingPage::builtin_for(
+            config.first_poll_grace,
+            config.effective_token_ttl(),
+        ));
     }
     WaitingPage::from_file(std::path::Path::new(path)).map_err(|source| BuildError::Html {
         path: path.to_string(),

@@ -407,12 +407,12 @@ async fn api_json_off_gives_everyone_the_page() {
 #[tokio::test]
 async fn max_queue_turns_newcomers_away_with_retry_after() {
     let (_origin, concert, _holder) = full_room(&["-max-queue", "1"]).await;
-    let first = plain_client()
-        .get(url(&concert, "/a"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    let first = cookie_client();
+    let queued = first.get(url(&concert, "/a")).send().await.unwrap();
+    assert_eq!(queued.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Only a visitor who proved itself (here by polling) holds a place the breaker counts.
+    let status = json_of(first.get(url(&concert, "/queue/status"))).await;
+    assert_eq!(status["position"], 1);
     let second = plain_client()
         .get(url(&concert, "/b"))
         .send()
@@ -432,6 +432,127 @@ async fn max_queue_turns_newcomers_away_with_retry_after() {
     assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(page.headers().contains_key(RETRY_AFTER));
     assert!(page.text().await.unwrap().contains("refresh"));
+}
+
+/// Weak spot 5: a burst of clients that never keep the cookie fills `-max-queue` inside the
+/// first-poll grace, yet a real visitor arriving after it still gets in line.
+#[tokio::test]
+async fn a_cookieless_burst_does_not_turn_real_visitors_away() {
+    let (_origin, concert, _holder) =
+        full_room(&["-max-queue", "3", "-abuse-strikes", "2000000000"]).await;
+    let burst = plain_client();
+    for i in 0..30 {
+        let response = burst
+            .get(url(&concert, &format!("/burst/{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "burst {i}"
+        );
+    }
+    let visitor = cookie_client();
+    let page = visitor
+        .get(url(&concert, "/real"))
+        .header(ACCEPT, HTML_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        page.status(),
+        StatusCode::OK,
+        "a real newcomer is not told the line is full"
+    );
+    let status = json_of(visitor.get(url(&concert, "/queue/status"))).await;
+    assert_eq!(status["ready"], false);
+    assert!(status["position"].as_u64().unwrap() >= 1, "{status}");
+    let stats = json_of(burst.get(url(&concert, "/_room/stats"))).await;
+    // Never-polled tickets stay within max-queue on their own; the real visitor is extra.
+    assert!(stats["live_queue_depth"].as_u64().unwrap() <= 4, "{stats}");
+    assert!(stats["evicted_total"].as_u64().unwrap() >= 27, "{stats}");
+    assert_eq!(stats["max_queue_depth"], 3);
+}
+
+#[tokio::test]
+async fn custom_html_page_gets_the_plain_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let page_path = dir.path().join("waiting.html");
+    std::fs::write(&page_path, "<p>You are number {{.Position}}</p>").unwrap();
+    let page_arg = page_path.to_str().unwrap().to_owned();
+    let (_origin, concert, _holder) = full_room(&["-html", &page_arg]).await;
+    let page = plain_client()
+        .get(url(&concert, "/page"))
+        .header(ACCEPT, HTML_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(page.text().await.unwrap(), "<p>You are number 1</p>");
+}
+
+/// `room_ticket`=… and `room_probe`=… pairs from a waiting page's cookies, as a `Cookie` header.
+fn room_cookie_header(response: &reqwest::Response) -> String {
+    ["room_ticket", "room_probe"]
+        .iter()
+        .map(|name| set_cookies(response, name)[0].split(';').next().unwrap())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A visitor without JavaScript only reloads the page. The built-in page reloads itself in time
+/// for the first-poll grace, and each reload keeps the place; a ticket nobody comes back for is
+/// dropped when the grace ends.
+#[tokio::test]
+async fn reloading_the_builtin_page_without_script_keeps_the_place() {
+    let (_origin, concert, _holder) = full_room(&["-first-poll-grace", "10s"]).await;
+    let view = |cookie: Option<String>| {
+        let mut request = plain_client()
+            .get(url(&concert, "/page"))
+            .header(ACCEPT, HTML_ACCEPT);
+        if let Some(cookie) = cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        request.send()
+    };
+    let page = view(None).await.unwrap();
+    let cookie = room_cookie_header(&page);
+    let body = page.text().await.unwrap();
+    assert!(
+        body.contains(r#"<noscript><meta http-equiv="refresh" content="5"></noscript>"#),
+        "the page reloads itself within the 10 s grace"
+    );
+    assert!(body.contains("every 5 seconds"));
+    let silent = view(None).await.unwrap();
+    assert_eq!(silent.status(), StatusCode::OK);
+    // Reload when the page says, then let the grace run out for both tickets.
+    for wait in [5_000, 5_500] {
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let reload = view(Some(cookie.clone())).await.unwrap();
+        assert_eq!(reload.status(), StatusCode::OK);
+        assert!(
+            reload
+                .text()
+                .await
+                .unwrap()
+                .contains(r#"id="position">001<"#)
+        );
+    }
+    concert.app.room.reap_now();
+    let stats = concert.app.room.stats();
+    assert_eq!(stats.live_queue_depth, 1, "{stats:?}");
+    assert_eq!(
+        stats.evicted_total, 1,
+        "only the ticket never seen again went"
+    );
+    let status = json_of(
+        plain_client()
+            .get(url(&concert, "/queue/status"))
+            .header(COOKIE, cookie),
+    )
+    .await;
+    assert_eq!(status["position"], 1, "{status}");
 }
 
 #[tokio::test]

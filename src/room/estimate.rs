@@ -1,7 +1,10 @@
 //! Admission-rate meter and the estimated wait shown to visitors.
 //!
-//! The serving edge advances once per release and once per consumed ghost. Advances are counted in
-//! 10-second buckets; closed buckets feed an EWMA and a one-minute history. An estimate is only
+//! The meter counts the steps that move waiting visitors forward: a release, or a ready ticket
+//! ending (both free a place in the window). The edge also steps past abandoned tickets, but those
+//! left everyone's position when they were retired, so counting them would make the line look
+//! faster than positions really fall (ten times faster when nine in ten tickets are abandoned).
+//! Steps are counted in 10-second buckets; closed buckets feed an EWMA and a one-minute history. An estimate is only
 //! "known" when the last minute saw a few advances and the last 30 seconds were not idle; the range
 //! spans the slowest to the fastest recent bucket, so it is as wide as the rate is unsteady.
 
@@ -74,13 +77,13 @@ impl RateMeter {
         self.bucket_start += elapsed * BUCKET_MS;
     }
 
-    /// Counts `advances` steps of the serving edge at `now_ms`.
+    /// Counts `advances` places the waiting visitors moved forward at `now_ms`.
     pub fn record(&mut self, now_ms: u64, advances: u64) {
         self.roll(now_ms);
         self.current += advances;
     }
 
-    /// Advances per second (smoothed), for stats.
+    /// Places moved forward per second (smoothed), for stats.
     pub fn rate(&mut self, now_ms: u64) -> f64 {
         self.roll(now_ms);
         self.ewma

@@ -12,6 +12,11 @@
 //! - position = `rank - edge - ghosts before the key` (≥ 1 while waiting);
 //! - every key ends exactly once: released (admitted visitor done) or consumed (ghost reached by the
 //!   edge); each ending advances `now_serving` by one.
+//!
+//! Only some of those steps move anyone forward. A release or a ready key ending frees a place in
+//! the window, so every waiting position falls by one. A consumed ghost moves nobody: the ghost
+//! already stopped counting in positions when it was retired. `release` and `retire` report the
+//! first kind only, which is what the wait estimate must measure.
 
 use std::collections::BTreeMap;
 
@@ -195,24 +200,30 @@ impl Line {
         (rank - edge - self.ghosts_before(key)) as i64
     }
 
-    /// A visitor who held a slot finished.
+    /// A visitor who held a slot finished. Returns how many places the waiting visitors moved
+    /// forward: always one, however many ghosts the edge passes on the way.
     pub fn release(&mut self) -> u64 {
         self.now_serving += 1;
-        1 + self.consume()
+        self.consume();
+        1
     }
 
-    /// A key ends without being admitted (gone, reaped, removed, cancelled).
-    /// Returns how far the edge moved.
+    /// A key ends without being admitted (gone, reaped, removed, cancelled). Returns how many
+    /// places the waiting visitors moved forward: one when the key held a place in the window,
+    /// none when it was still waiting (it becomes a ghost; only those behind it move, and
+    /// they read that at once in their position).
     pub fn retire(&mut self, key: Key) -> u64 {
         if self.is_ready(key) {
             // Already inside the window: it ends now, no ghost needed.
             self.mark_promoted(key, PromotedState::Ended);
             self.now_serving += 1;
-            return 1 + self.consume();
+            self.consume();
+            return 1;
         }
         self.ghosts.insert(key.number, 1);
         self.mark_promoted(key, PromotedState::Ghost);
-        self.consume()
+        self.consume();
+        0
     }
 
     /// An admitted key ended through `release`; promoted keys need their marker updated.
@@ -228,9 +239,10 @@ impl Line {
         }
     }
 
-    pub fn set_cap(&mut self, cap: u64) -> u64 {
+    /// A cap change moves the edge at once; ghosts it reaches are consumed.
+    pub fn set_cap(&mut self, cap: u64) {
         self.cap = cap.max(1);
-        self.consume()
+        self.consume();
     }
 
     /// Smallest ghost key.
@@ -406,6 +418,31 @@ mod tests {
         assert_eq!(line.now_serving(), 2);
         assert_eq!(line.ghost_count(), 0);
         assert!(line.is_ready(third));
+    }
+
+    #[test]
+    fn passing_ghosts_is_not_reported_as_moving_anyone_forward() {
+        let mut line = Line::new(1);
+        let _inside = line.issue();
+        let abandoned: Vec<Key> = (0..9).map(|_| line.issue()).collect();
+        let next = line.issue();
+        let behind = line.issue();
+        for key in abandoned {
+            assert_eq!(
+                line.retire(key),
+                0,
+                "a waiting key leaving frees no window place"
+            );
+        }
+        assert_eq!((line.position(next), line.position(behind)), (1, 2));
+        // The edge passes nine ghosts on this release, but positions fall by one.
+        assert_eq!(line.release(), 1);
+        assert_eq!(line.now_serving(), 10);
+        assert!(line.is_ready(next));
+        assert_eq!(line.position(behind), 1);
+        // A ready key that never comes in frees its place: everyone behind moves up one.
+        assert_eq!(line.retire(next), 1);
+        assert!(line.is_ready(behind));
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(300);
 pub const DEFAULT_REAPER: Duration = Duration::from_secs(300);
 /// Shortest bound on a ready visitor's wait for a page slot.
 const MIN_SLOT_WAIT: Duration = Duration::from_secs(10);
+/// Most entries of the unproven order one arrival looks at (shed or dropped as stale): twice
+/// the one entry each arrival may add, so a backlog shrinks, and a fixed cost per request.
+const TIDY_STEPS: usize = 4;
 
 /// Skip-the-line pricing: `rate + queue depth × surge` per position.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -240,7 +243,8 @@ pub struct RoomStats {
     pub issued: u64,
     pub now_serving: u64,
     pub ghosts: u64,
-    /// Serving-edge advances per second (smoothed).
+    /// Places the waiting visitors move forward per second (smoothed): releases and ready
+    /// tickets ending, not the abandoned tickets the edge passes.
     pub admission_rate: f64,
 }
 
@@ -276,9 +280,9 @@ struct Core {
 
 impl Core {
     fn retire(&mut self, key: Key, now: u64) {
-        let advanced = self.line.retire(key);
-        if advanced > 0 {
-            self.meter.record(now, advanced);
+        let moved = self.line.retire(key);
+        if moved > 0 {
+            self.meter.record(now, moved);
         }
     }
 
@@ -369,8 +373,8 @@ impl Drop for PageSlot {
         core.occupancy = core.occupancy.saturating_sub(1);
         let drained = core.occupancy + 1 == cap;
         core.line.mark_ended(self.key);
-        let advanced = core.line.release();
-        core.meter.record(now, advanced);
+        let moved = core.line.release();
+        core.meter.record(now, moved);
         let (occupancy, depth) = (core.occupancy, core.line.queue_depth());
         drop(core);
         if drained {
@@ -450,7 +454,7 @@ impl Shared {
         let mut entry = shard.get(&token).copied()?;
         if now.saturating_sub(entry.last_seen()) > settings.ttl_ms() {
             shard.remove(&token);
-            self.tokens.note_removed(1);
+            self.tokens.note_removed(&entry);
             self.core.lock().retire(entry.key, now);
             bump(&self.counters.evicted, 1);
             return None;
@@ -459,7 +463,7 @@ impl Shared {
         if core.line.is_ready(entry.key) {
             // Claim: whoever removes the token first (us, the reaper, a removal) owns its ending.
             shard.remove(&token);
-            self.tokens.note_removed(1);
+            self.tokens.note_removed(&entry);
             return Some(Decision::Admit(Admission {
                 shared: Arc::clone(self),
                 key: entry.key,
@@ -473,6 +477,11 @@ impl Shared {
         }
         entry.set_last_seen(now);
         entry.set_cookie_set_at(now);
+        // Coming back with the cookie proves a real client as much as a poll does (and covers
+        // visitors without JavaScript, whose page reloads itself instead of polling).
+        if !entry.has(SEEN) {
+            self.tokens.note_proven();
+        }
         entry.set(SEEN, true);
         entry.set(HAS_PASS, has_pass);
         entry.set(tokens::REFRESH_DUE, false);
@@ -494,11 +503,17 @@ impl Shared {
         now: u64,
         settings: &RoomSettings,
     ) -> Decision {
-        let mut core = self.core.lock();
+        // The breaker counts only visitors who proved themselves (polled, or came back with their
+        // cookie). Counting every ticket, as the original does, lets a burst of clients that
+        // never keep the cookie fill the line inside the first-poll grace and turn every real
+        // newcomer away while the origin idles. Unproven tickets are bounded on their own
+        // instead: past max-queue of them, each newcomer sheds the oldest (`tidy_unproven`), so
+        // the store holds at most twice max-queue and a flood only ever pushes out itself.
         let max = settings.max_queue;
-        if max > 0 && (core.line.queue_depth() >= max || self.tokens.len() >= max) {
+        if max > 0 && self.tokens.proven() >= max {
             return Decision::Full;
         }
+        let mut core = self.core.lock();
         let key = core.line.issue();
         if core.line.is_ready(key) {
             drop(core);
@@ -513,7 +528,8 @@ impl Shared {
         drop(core);
         let mut entry = Entry::new(key, now, arrival.client);
         entry.set(HAS_PASS, has_pass);
-        let waiting = self.insert_waiting(entry, has_pass, now);
+        let (token, waiting) = self.insert_waiting(entry, has_pass, now);
+        self.tidy_unproven(max, &token, now);
         self.emit_queue(QueueEvent {
             client: arrival.client,
             stale_ticket: arrival.ticket_cookie.is_some(),
@@ -521,8 +537,47 @@ impl Shared {
         waiting
     }
 
+    /// Sheds the oldest unproven tickets while there are more than `max` (0 = no bound) and
+    /// drops order entries of tickets seen or removed since. A bounded number of steps per call,
+    /// so a lowered max-queue or a long stale run is worked off over several arrivals, never
+    /// in one request. `newest` (the caller's own ticket) is never shed.
+    fn tidy_unproven(&self, max: u64, newest: &TokenId, now: u64) {
+        let mut shed = 0u64;
+        for _ in 0..TIDY_STEPS {
+            let over = max > 0 && self.tokens.unproven() > max;
+            if !over && !self.tokens.unproven_order_has_stale() {
+                break;
+            }
+            let Some(token) = self.tokens.oldest_unproven() else {
+                break;
+            };
+            if token == *newest {
+                break;
+            }
+            let mut shard = self.tokens.lock_for(&token);
+            match shard.get(&token).copied() {
+                Some(entry) if !entry.has(SEEN) => {
+                    if !over {
+                        // Live and not yet due: it waits for its grace like everyone else.
+                        break;
+                    }
+                    shard.remove(&token);
+                    self.tokens.note_removed(&entry);
+                    self.core.lock().retire(entry.key, now);
+                    shed += 1;
+                }
+                // Seen or gone since it was queued: a stale entry.
+                _ => {}
+            }
+            self.tokens.pop_oldest_unproven(&token);
+        }
+        if shed > 0 {
+            bump(&self.counters.evicted, shed);
+        }
+    }
+
     /// Stores `entry` under a fresh random token and reports its place.
-    fn insert_waiting(&self, mut entry: Entry, vip: bool, now: u64) -> Decision {
+    fn insert_waiting(&self, mut entry: Entry, vip: bool, now: u64) -> (TokenId, Decision) {
         loop {
             let token: TokenId = rand::random();
             let mut shard = self.tokens.lock_for(&token);
@@ -537,12 +592,13 @@ impl Shared {
             let estimate = core.meter.estimate(now, position);
             drop(core);
             shard.insert(token, entry);
-            self.tokens.note_added();
-            return Decision::Wait(Waiting {
+            self.tokens.note_added(&token, &entry);
+            let waiting = Waiting {
                 token: token_hex(&token),
                 position,
                 estimate,
-            });
+            };
+            return (token, Decision::Wait(waiting));
         }
     }
 
@@ -583,7 +639,7 @@ impl Shared {
                 let estimate = core.meter.estimate(now, position);
                 drop(core);
                 slot.insert(entry);
-                self.tokens.note_added();
+                self.tokens.note_added(&token, &entry);
                 return Waiting {
                     token: token_hex(&token),
                     position,
@@ -591,7 +647,7 @@ impl Shared {
                 };
             }
         }
-        match self.insert_waiting(entry, false, now) {
+        match self.insert_waiting(entry, false, now).1 {
             Decision::Wait(waiting) => waiting,
             // insert_waiting only ever answers Wait.
             Decision::Admit(_) | Decision::Full => Waiting {
@@ -638,14 +694,12 @@ impl Room {
         let settings = settings.normalized();
         let cap = settings.cap;
         self.shared.settings.store(Arc::new(settings));
-        let now = self.shared.now_ms();
         let mut core = self.shared.core.lock();
         if core.line.cap() != u64::from(cap) {
             self.shared.gate.resize(cap as usize);
-            let advanced = core.line.set_cap(u64::from(cap));
-            if advanced > 0 {
-                core.meter.record(now, advanced);
-            }
+            // A cap change is a one-off jump of the edge, not a pace the line keeps, so the
+            // wait estimate does not count it.
+            core.line.set_cap(u64::from(cap));
         }
     }
 
@@ -693,7 +747,7 @@ impl Room {
         let Some(entry) = shard.remove(&token) else {
             return false;
         };
-        shared.tokens.note_removed(1);
+        shared.tokens.note_removed(&entry);
         let now = shared.now_ms();
         shared.core.lock().retire(entry.key, now);
         drop(shard);
@@ -724,13 +778,13 @@ impl Room {
                 let remove = matches(token, entry);
                 if remove {
                     removed_keys.push(entry.key);
+                    shared.tokens.note_removed(entry);
                 }
                 !remove
             });
             if removed_keys.is_empty() {
                 continue;
             }
-            shared.tokens.note_removed(removed_keys.len() as u64);
             total += removed_keys.len();
             let now = shared.now_ms();
             let mut core = shared.core.lock();

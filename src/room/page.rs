@@ -4,16 +4,25 @@
 //! Templates keep the original's contract: the literal placeholders `{{.Position}}` and
 //! `{{.SkipURL}}` are replaced textually, wherever and however often they appear. The
 //! template is split once at load time so each render is a single exact-size allocation.
+//! An operator's page gets the position as a plain number, as the original gives it; only the
+//! built-in page pads it to three digits, for its own display.
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::time::Duration;
 
-/// Placeholder replaced by the visitor's position, zero-padded to three digits.
+/// Placeholder replaced by the visitor's position (zero-padded to three digits on the built-in
+/// page only).
 const POSITION_PLACEHOLDER: &str = "{{.Position}}";
 /// Placeholder replaced by the HTML-escaped skip-the-line URL.
 const SKIP_URL_PLACEHOLDER: &str = "{{.SkipURL}}";
 
 const BUILTIN_TEMPLATE: &str = include_str!("../../templates/waiting.html");
+/// Built-in page only: the seconds between its reloads without JavaScript, filled in once when
+/// the page is built (operators' templates never see it).
+const RELOAD_PLACEHOLDER: &str = "{{.ReloadSeconds}}";
+/// The no-script reload interval is half the deadline, but never longer than this.
+const MAX_RELOAD: Duration = Duration::from_secs(60);
 
 /// Script of the built-in page, served at `/_concert/waiting.js`.
 pub const WAITING_JS: &str = include_str!("../../static/waiting.js");
@@ -54,10 +63,20 @@ struct Piece {
     slot: Option<Slot>,
 }
 
+/// How the position is written into the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PositionStyle {
+    /// At least three digits (`007`): the built-in page's display.
+    Padded,
+    /// Plain decimal (`7`): what an operator's template receives.
+    Plain,
+}
+
 /// A parsed waiting-page template, ready to render many times.
 #[derive(Debug, Clone)]
 pub struct WaitingPage {
     source: Cow<'static, str>,
+    style: PositionStyle,
     pieces: Vec<Piece>,
     literal_len: usize,
     position_slots: usize,
@@ -65,23 +84,32 @@ pub struct WaitingPage {
 }
 
 impl WaitingPage {
-    /// The page compiled into the binary.
+    /// The page compiled into the binary, for the room's default grace and token lifetime.
     pub fn builtin() -> WaitingPage {
-        WaitingPage::parse(Cow::Borrowed(BUILTIN_TEMPLATE))
+        let defaults = super::RoomSettings::default();
+        WaitingPage::builtin_for(defaults.first_poll_grace, defaults.token_ttl)
+    }
+
+    /// The page compiled into the binary for these room settings: without JavaScript it
+    /// reloads itself every [`no_script_reload`] seconds, and says so.
+    pub fn builtin_for(first_poll_grace: Duration, token_ttl: Duration) -> WaitingPage {
+        let every = no_script_reload(first_poll_grace, token_ttl).as_secs();
+        let source = BUILTIN_TEMPLATE.replace(RELOAD_PLACEHOLDER, &every.to_string());
+        WaitingPage::parse(Cow::Owned(source), PositionStyle::Padded)
     }
 
     /// An operator's custom page (`-html`). The file must be UTF-8.
     pub fn from_file(path: &Path) -> Result<WaitingPage, std::io::Error> {
         let source = std::fs::read_to_string(path)?;
-        Ok(WaitingPage::parse(Cow::Owned(source)))
+        Ok(WaitingPage::from_template(source))
     }
 
-    /// A page from template text already in memory.
+    /// An operator's page from template text already in memory.
     pub fn from_template(source: String) -> WaitingPage {
-        WaitingPage::parse(Cow::Owned(source))
+        WaitingPage::parse(Cow::Owned(source), PositionStyle::Plain)
     }
 
-    fn parse(source: Cow<'static, str>) -> WaitingPage {
+    fn parse(source: Cow<'static, str>, style: PositionStyle) -> WaitingPage {
         let text: &str = &source;
         let mut pieces = Vec::new();
         let mut literal_len = 0;
@@ -130,6 +158,7 @@ impl WaitingPage {
         }
         WaitingPage {
             source,
+            style,
             pieces,
             literal_len,
             position_slots,
@@ -137,11 +166,16 @@ impl WaitingPage {
         }
     }
 
-    /// The page for a visitor at `position` (zero-padded to three digits, longer numbers in
-    /// full) with `skip_url` HTML-escaped so it is safe in text and quoted attributes.
+    /// The page for a visitor at `position` (on the built-in page zero-padded to three digits,
+    /// longer numbers in full) with `skip_url` HTML-escaped so it is safe in text and quoted
+    /// attributes.
     pub fn render(&self, position: u64, skip_url: &str) -> String {
         let mut digits_buf = [0u8; 20];
-        let digits = padded_position(position, &mut digits_buf);
+        let min_digits = match self.style {
+            PositionStyle::Padded => 3,
+            PositionStyle::Plain => 1,
+        };
+        let digits = position_digits(position, min_digits, &mut digits_buf);
         let escaped_len = escaped_html_len(skip_url);
         let total = self.literal_len
             + self.position_slots * digits.len()
@@ -162,8 +196,25 @@ impl WaitingPage {
     }
 }
 
-/// Writes `position` as decimal, at least three digits, into `buf` without allocating.
-fn padded_position(position: u64, buf: &mut [u8; 20]) -> &str {
+/// How often a visitor without JavaScript must reload the built-in page to keep their place.
+///
+/// A reload with the ticket cookie counts as being seen, both for the first-poll grace and for
+/// the token lifetime, but only if it lands in time: the first one before the grace runs out
+/// (or the lifetime, with the grace off), later ones within the lifetime. Half the tighter
+/// deadline leaves room for a slow page load; whole seconds, at least 1, at most a minute.
+pub fn no_script_reload(first_poll_grace: Duration, token_ttl: Duration) -> Duration {
+    let deadline = if first_poll_grace.is_zero() {
+        token_ttl
+    } else {
+        first_poll_grace.min(token_ttl)
+    };
+    let half = Duration::from_secs(deadline.as_secs() / 2);
+    half.clamp(Duration::from_secs(1), MAX_RELOAD)
+}
+
+/// Writes `position` as decimal, zero-padded to `min_digits` (at most 20), into `buf` without
+/// allocating.
+fn position_digits(position: u64, min_digits: usize, buf: &mut [u8; 20]) -> &str {
     let mut value = position;
     let mut start = buf.len();
     loop {
@@ -175,7 +226,7 @@ fn padded_position(position: u64, buf: &mut [u8; 20]) -> &str {
             break;
         }
     }
-    while buf.len() - start < 3 {
+    while buf.len() - start < min_digits.min(buf.len()) {
         start -= 1;
         buf[start] = b'0';
     }
@@ -218,9 +269,13 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    fn padded(source: &str) -> WaitingPage {
+        WaitingPage::parse(Cow::Owned(source.to_owned()), PositionStyle::Padded)
+    }
+
     #[test]
-    fn position_is_padded_to_three_digits() {
-        let page = WaitingPage::from_template("[{{.Position}}]".to_owned());
+    fn builtin_style_pads_the_position_to_three_digits() {
+        let page = padded("[{{.Position}}]");
         assert_eq!(page.render(0, ""), "[000]");
         assert_eq!(page.render(7, ""), "[007]");
         assert_eq!(page.render(42, ""), "[042]");
@@ -229,10 +284,22 @@ mod tests {
 
     #[test]
     fn position_over_999_is_shown_in_full() {
-        let page = WaitingPage::from_template("{{.Position}}".to_owned());
+        let page = padded("{{.Position}}");
         assert_eq!(page.render(1000, ""), "1000");
         assert_eq!(page.render(123_456, ""), "123456");
         assert_eq!(page.render(u64::MAX, ""), u64::MAX.to_string());
+    }
+
+    #[test]
+    fn custom_pages_get_the_plain_decimal_position() {
+        let page = WaitingPage::from_template("[{{.Position}}]".to_owned());
+        assert_eq!(page.render(0, ""), "[0]");
+        assert_eq!(page.render(1, ""), "[1]");
+        assert_eq!(page.render(42, ""), "[42]");
+        assert_eq!(page.render(1000, ""), "[1000]");
+        assert_eq!(page.render(u64::MAX, ""), format!("[{}]", u64::MAX));
+        let rendered = page.render(5, "");
+        assert_eq!(rendered.capacity(), rendered.len());
     }
 
     #[test]
@@ -240,7 +307,7 @@ mod tests {
         let page = WaitingPage::from_template(
             "a{{.Position}}b{{.SkipURL}}c{{.Position}}{{.SkipURL}}".to_owned(),
         );
-        assert_eq!(page.render(12, "/skip"), "a012b/skipc012/skip");
+        assert_eq!(page.render(12, "/skip"), "a12b/skipc12/skip");
     }
 
     #[test]
@@ -265,7 +332,7 @@ mod tests {
         let page = WaitingPage::from_template(source.to_owned());
         assert_eq!(
             page.render(5, "/s"),
-            "{{.Other}} {{.Position {{ .Position}} {{.Posi005"
+            "{{.Other}} {{.Position {{ .Position}} {{.Posi5"
         );
     }
 
@@ -275,6 +342,46 @@ mod tests {
         assert_eq!(page.render(3, "/skip"), "<p>plain</p>");
         let empty = WaitingPage::from_template(String::new());
         assert_eq!(empty.render(3, "/skip"), "");
+    }
+
+    #[test]
+    fn no_script_reload_beats_the_grace_and_the_lifetime() {
+        let secs = Duration::from_secs;
+        assert_eq!(no_script_reload(secs(30), secs(300)), secs(15));
+        assert_eq!(no_script_reload(secs(2), secs(300)), secs(1));
+        assert_eq!(no_script_reload(secs(45), secs(20)), secs(10));
+        assert_eq!(no_script_reload(Duration::ZERO, secs(300)), MAX_RELOAD);
+        assert_eq!(no_script_reload(Duration::ZERO, secs(30)), secs(15));
+        assert_eq!(no_script_reload(secs(3), secs(1)), secs(1));
+    }
+
+    #[test]
+    fn builtin_page_without_script_reloads_itself_before_the_grace_ends() {
+        let page = WaitingPage::builtin_for(Duration::from_secs(8), Duration::from_secs(300));
+        let rendered = page.render(3, "");
+        let noscript_meta = r#"<noscript><meta http-equiv="refresh" content="4"></noscript>"#;
+        assert!(
+            rendered.contains(noscript_meta),
+            "no self-reload for no-script visitors"
+        );
+        assert!(
+            rendered.contains("every 4 seconds"),
+            "the advice names the interval"
+        );
+        assert!(
+            !rendered.contains("every minute"),
+            "advice the grace would break"
+        );
+        assert!(!rendered.contains(RELOAD_PLACEHOLDER));
+        // The default page matches the default settings (30 s grace).
+        let default = WaitingPage::builtin().render(3, "");
+        assert!(default.contains(r#"content="15""#) && default.contains("every 15 seconds"));
+    }
+
+    #[test]
+    fn custom_pages_keep_the_reload_placeholder_as_text() {
+        let page = WaitingPage::from_template("{{.ReloadSeconds}}".to_owned());
+        assert_eq!(page.render(1, ""), "{{.ReloadSeconds}}");
     }
 
     #[test]
@@ -343,7 +450,7 @@ mod tests {
         let page = WaitingPage::from_file(file.path()).unwrap();
         assert_eq!(
             page.render(9, "/s'k"),
-            "<p>#009 <a href='/s&#39;k'>go</a></p>"
+            "<p>#9 <a href='/s&#39;k'>go</a></p>"
         );
     }
 

@@ -26,6 +26,7 @@ impl Room {
                     grace > 0 && !entry.has(SEEN) && now.saturating_sub(entry.created()) > grace;
                 if idle || never_polled {
                     dead.push(entry.key);
+                    shared.tokens.note_removed(entry);
                 }
                 !(idle || never_polled)
             });
@@ -36,7 +37,6 @@ impl Room {
             if shard.capacity() > 64 && shard.capacity() > 4 * shard.len() {
                 shard.shrink_to_fit();
             }
-            shared.tokens.note_removed(dead.len() as u64);
             total += dead.len();
             dead.sort_unstable();
             let mut core = shared.core.lock();
@@ -49,6 +49,7 @@ impl Room {
             tracing::debug!("reaper retired {total} idle visitor(s)");
         }
         shared.passes.lock().retain(|_, expiry| *expiry > now);
+        shared.tokens.compact_unproven_order();
         total
     }
 

@@ -257,7 +257,7 @@ impl Room {
             entry.set(REFRESH_DUE, true);
             let mut shard = shared.tokens.lock_for(token);
             shard.insert(*token, entry);
-            shared.tokens.note_added();
+            shared.tokens.note_added(token, &entry);
         }
         let mut passes = shared.passes.lock();
         for pass in &snapshot.passes {

@@ -46,7 +46,7 @@ impl Room {
         };
         if now.saturating_sub(entry.last_seen()) > settings.ttl_ms() {
             shard.remove(&token);
-            shared.tokens.note_removed(1);
+            shared.tokens.note_removed(&entry);
             shared.core.lock().retire(entry.key, now);
             bump(&shared.counters.evicted, 1);
             return PollOutcome::Ready;
@@ -57,6 +57,9 @@ impl Room {
         // Throttled polls still count as signs of life.
         entry.set_last_seen(now);
         entry.set_last_poll(now);
+        if !entry.has(SEEN) {
+            shared.tokens.note_proven();
+        }
         entry.set(SEEN, true);
         let mut core = shared.core.lock();
         let raw_position = core.line.position(entry.key);

@@ -361,11 +361,105 @@ async fn breaker_trips_at_max_queue_and_ghosts_do_not_count() {
     });
     let _held = enter(&room).await;
     let first = waiting(room.arrive(Arrival::default()));
+    position(room.poll(Some(&first.token)));
     assert!(matches!(room.arrive(Arrival::default()), Decision::Full));
     assert_eq!(room.stats().max_queue_depth, 1);
     assert!(room.remove_token(&first.token));
-    let _again = waiting(room.arrive(Arrival::default()));
+    let again = waiting(room.arrive(Arrival::default()));
+    position(room.poll(Some(&again.token)));
     assert!(matches!(room.arrive(Arrival::default()), Decision::Full));
+}
+
+/// Weak spot 5: clients that never keep the cookie fill max-queue inside the first-poll grace.
+/// They must neither trip the breaker for real newcomers nor grow the store without bound.
+#[tokio::test(start_paused = true)]
+async fn a_cookieless_burst_inside_the_grace_does_not_lock_out_newcomers() {
+    let room = Room::new(RoomSettings {
+        max_queue: 5,
+        first_poll_grace: Duration::from_secs(30),
+        ..settings(1)
+    });
+    let _held = enter(&room).await;
+    for _ in 0..50 {
+        waiting(room.arrive(Arrival::default()));
+    }
+    let stats = room.stats();
+    assert_eq!(stats.live_queue_depth, 5, "{stats:?}");
+    assert_eq!(
+        stats.evicted_total, 45,
+        "the oldest never-polled tickets were shed"
+    );
+    assert_accounting(&room, 1);
+    // Real newcomers get in line and keep their place once they poll.
+    let real: Vec<Waiting> = (0..5)
+        .map(|_| {
+            let visitor = waiting(room.arrive(Arrival::default()));
+            position(room.poll(Some(&visitor.token)));
+            visitor
+        })
+        .collect();
+    assert_eq!(room.shared.tokens.proven(), 5);
+    // More burst traffic sheds only never-polled tickets.
+    for _ in 0..5 {
+        assert!(matches!(room.arrive(Arrival::default()), Decision::Full));
+    }
+    // The four burst tickets still ahead go when their grace runs out; the real ones stay.
+    assert_eq!(position(room.poll(Some(&real[0].token))), 5);
+    advance(Duration::from_secs(25)).await;
+    for visitor in &real {
+        position(room.poll(Some(&visitor.token)));
+    }
+    advance(Duration::from_secs(6)).await;
+    assert_eq!(room.reap_now(), 4);
+    assert_eq!(position(room.poll(Some(&real[0].token))), 1);
+    assert_eq!(room.shared.tokens.unproven(), 0);
+    assert_accounting(&room, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn proven_visitors_outlast_any_cookieless_burst() {
+    let room = Room::new(RoomSettings {
+        max_queue: 3,
+        first_poll_grace: Duration::from_secs(30),
+        ..settings(1)
+    });
+    let _held = enter(&room).await;
+    let proven = waiting(room.arrive(Arrival::default()));
+    // Seen again with its cookie (a page reload) counts as proof, like a poll.
+    assert_eq!(waiting(room.arrive(with_ticket(&proven.token))).position, 1);
+    for _ in 0..1_000 {
+        waiting(room.arrive(Arrival::default()));
+    }
+    assert_eq!(position(room.poll(Some(&proven.token))), 1);
+    let stats = room.stats();
+    assert_eq!(stats.live_queue_depth, 4, "{stats:?}");
+    assert_eq!(room.shared.tokens.unproven_by_scan(), 3);
+    assert!(
+        room.shared.tokens.unproven_order_len() <= 8,
+        "{} order entries",
+        room.shared.tokens.unproven_order_len()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_unproven_order_stays_short_while_visitors_prove_themselves() {
+    let room = Room::new(settings(1));
+    let _held = enter(&room).await;
+    for _ in 0..1_000 {
+        let visitor = waiting(room.arrive(Arrival::default()));
+        position(room.poll(Some(&visitor.token)));
+    }
+    assert!(room.shared.tokens.unproven_order_len() <= 2);
+    // A silent ticket at the front holds the stale entries behind it; the reaper compacts them.
+    let silent = waiting(room.arrive(Arrival::default()));
+    for _ in 0..2_000 {
+        let visitor = waiting(room.arrive(Arrival::default()));
+        position(room.poll(Some(&visitor.token)));
+    }
+    assert!(room.shared.tokens.unproven_order_len() > 1_000);
+    assert_eq!(room.reap_now(), 0);
+    assert_eq!(room.shared.tokens.unproven_order_len(), 1);
+    assert_eq!(position(room.poll(Some(&silent.token))), 1_001);
 }
 
 #[tokio::test(start_paused = true)]
@@ -559,6 +653,69 @@ async fn estimate_becomes_known_once_the_line_moves() {
     assert!(visitor.estimate.min_secs <= visitor.estimate.max_secs);
     assert!(visitor.estimate.max_secs <= 6, "{:?}", visitor.estimate);
     assert!(room.stats().admission_rate > 0.3);
+}
+
+/// Cap 1, one visit a second, and nine abandoned tickets behind every real visitor: the edge
+/// passes ten tickets per visit, but positions fall by one a second, and that is what the
+/// rate and the estimate must say.
+#[tokio::test(start_paused = true)]
+async fn abandoned_tickets_do_not_speed_up_the_measured_rate() {
+    let room = Room::new(RoomSettings {
+        token_ttl: Duration::from_secs(600),
+        first_poll_grace: Duration::from_secs(10),
+        ..settings(1)
+    });
+    let mut held = enter(&room).await;
+    let mut real = Vec::new();
+    for _ in 0..150 {
+        let visitor = waiting(room.arrive(Arrival::default()));
+        position(room.poll(Some(&visitor.token)));
+        real.push(visitor.token);
+        for _ in 0..9 {
+            waiting(room.arrive(Arrival::default()));
+        }
+    }
+    advance(Duration::from_secs(11)).await;
+    assert_eq!(
+        room.reap_now(),
+        1_350,
+        "the never-polled tickets are retired"
+    );
+    let watched = real.pop().unwrap();
+    let mut first_position = None;
+    // Long enough for the smoothed rate to forget the idle start.
+    let seconds = 120u64;
+    for (second, token) in real.iter().take(seconds as usize).enumerate() {
+        drop(held);
+        held = slot(&room, room.arrive(with_ticket(token))).await;
+        advance(Duration::from_secs(1)).await;
+        let now_at = position(room.poll(Some(&watched)));
+        if second == 0 {
+            first_position = Some(now_at);
+        }
+    }
+    let moved = first_position.unwrap() - position(room.poll(Some(&watched)));
+    let per_second = moved as f64 / (seconds - 1) as f64;
+    assert!((per_second - 1.0).abs() < 0.05, "{per_second} places/s");
+    let rate = room.stats().admission_rate;
+    assert!(
+        (rate - per_second).abs() / per_second < 0.05,
+        "measured {rate}/s, positions fell {per_second}/s"
+    );
+    advance(Duration::from_secs(1)).await;
+    let PollOutcome::Waiting {
+        position: place,
+        estimate,
+        ..
+    } = room.poll(Some(&watched))
+    else {
+        panic!("the watched visitor left the line");
+    };
+    let wait = (place as f64 / per_second).round() as u64;
+    assert!(
+        estimate.known && estimate.min_secs <= wait && wait <= estimate.max_secs,
+        "position {place} shown {estimate:?}, real wait about {wait} s"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -789,7 +946,15 @@ mod properties {
         ]
     }
 
-    async fn run(room: &Room, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    fn traffic_settings(cap: u32, max_queue: u64) -> RoomSettings {
+        RoomSettings {
+            max_queue,
+            first_poll_grace: Duration::from_secs(10),
+            ..settings(cap)
+        }
+    }
+
+    async fn run(room: &Room, ops: Vec<Op>, max_queue: u64) -> Result<(), TestCaseError> {
         let mut tokens: Vec<String> = Vec::new();
         let mut slots: Vec<PageSlot> = Vec::new();
         for op in ops {
@@ -816,7 +981,13 @@ mod properties {
                             prop_assert!(waiting.position >= 1);
                             tokens.push(waiting.token);
                         }
-                        Decision::Full => prop_assert!(false, "no breaker configured"),
+                        Decision::Full => {
+                            prop_assert!(max_queue > 0, "no breaker configured");
+                            prop_assert!(room.shared.tokens.proven() >= max_queue);
+                        }
+                    }
+                    if max_queue > 0 {
+                        prop_assert!(room.shared.tokens.unproven() <= max_queue);
                     }
                 }
                 Op::Release(i) if !slots.is_empty() => {
@@ -830,7 +1001,7 @@ mod properties {
                     advance(Duration::from_secs(seconds)).await;
                     room.reap_now();
                 }
-                Op::SetCap(cap) => room.reconfigure(settings(cap)),
+                Op::SetCap(cap) => room.reconfigure(traffic_settings(cap, max_queue)),
                 Op::Poll(i) if !tokens.is_empty() => {
                     advance(Duration::from_millis(1_001)).await;
                     match room.poll(Some(&tokens[i % tokens.len()])) {
@@ -850,6 +1021,10 @@ mod properties {
                 stats.now_serving + stats.ghosts + stats.live_queue_depth + slots.len() as u64
             );
             prop_assert_eq!(stats.occupancy, slots.len() as u64);
+            prop_assert_eq!(
+                room.shared.tokens.unproven(),
+                room.shared.tokens.unproven_by_scan()
+            );
             for row in room.line_front(usize::MAX >> 1) {
                 prop_assert!(row.ready || row.position >= 1);
             }
@@ -868,6 +1043,7 @@ mod properties {
         #[test]
         fn random_room_traffic_keeps_every_ticket_accounted(
             cap in 1u32..4,
+            max_queue in prop_oneof![Just(0u64), 1u64..4],
             ops in proptest::collection::vec(op(), 1..80),
         ) {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -876,8 +1052,8 @@ mod properties {
                 .build()
                 .unwrap();
             runtime.block_on(async {
-                let room = Room::new(settings(cap));
-                run(&room, ops).await
+                let room = Room::new(traffic_settings(cap, max_queue));
+                run(&room, ops, max_queue).await
             })?;
         }
     }

@@ -3,8 +3,12 @@
 //! 64 independently locked shards, chosen by the token's first byte (tokens are random), so a reaper
 //! or bulk-removal pass holds one shard at a time and polls on other shards never wait. Entries are
 //! compact: times are milliseconds on the room's clock, the client is an `IpAddr`.
+//!
+//! The store also keeps apart the tokens that have not proved themselves yet (never seen since
+//! their page was sent): how many there are, and the order they came in, so the room can bound
+//! them without a scan. Locks: a shard, then the order; never the other way round.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -123,10 +127,20 @@ impl Entry {
 
 pub type Shard = HashMap<TokenId, Entry>;
 
+/// Stale entries in the unproven order tolerated beyond twice the live ones before the reaper
+/// compacts it.
+const ORDER_SLACK: u64 = 1_024;
+
 #[derive(Debug)]
 pub struct TokenStore {
     shards: Box<[Mutex<Shard>]>,
     count: AtomicU64,
+    /// Live tokens without `SEEN`.
+    unproven: AtomicU64,
+    /// Tokens in the order they were stored without `SEEN`, oldest first. An entry whose token
+    /// was seen or removed since is stale: it is dropped when it reaches the front (or by
+    /// `compact_unproven_order`), which keeps every change O(1).
+    unproven_order: Mutex<VecDeque<TokenId>>,
 }
 
 impl TokenStore {
@@ -136,6 +150,8 @@ impl TokenStore {
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
             count: AtomicU64::new(0),
+            unproven: AtomicU64::new(0),
+            unproven_order: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -156,14 +172,97 @@ impl TokenStore {
         self.count.load(Ordering::Relaxed)
     }
 
-    /// Call with the shard locked, after inserting a new token.
-    pub fn note_added(&self) {
-        self.count.fetch_add(1, Ordering::Relaxed);
+    /// Live tokens that have not been seen since their page was sent.
+    pub fn unproven(&self) -> u64 {
+        self.unproven.load(Ordering::Relaxed)
     }
 
-    /// Call with the shard locked, after removing `n` tokens.
-    pub fn note_removed(&self, n: u64) {
-        self.count.fetch_sub(n, Ordering::Relaxed);
+    /// Live tokens that have been seen (polled, or came back with their cookie).
+    pub fn proven(&self) -> u64 {
+        self.len().saturating_sub(self.unproven())
+    }
+
+    /// Call with the shard locked, after inserting `entry` under a new `token`.
+    pub fn note_added(&self, token: &TokenId, entry: &Entry) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if !entry.has(SEEN) {
+            self.unproven.fetch_add(1, Ordering::Relaxed);
+            self.unproven_order.lock().push_back(*token);
+        }
+    }
+
+    /// Call with the shard locked, after removing `entry` (as it was stored).
+    pub fn note_removed(&self, entry: &Entry) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        if !entry.has(SEEN) {
+            self.unproven.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Call with the shard locked, when a stored entry that lacked `SEEN` gets it.
+    pub fn note_proven(&self) {
+        self.unproven.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The oldest token in the unproven order (it may since have been seen or removed).
+    pub fn oldest_unproven(&self) -> Option<TokenId> {
+        self.unproven_order.lock().front().copied()
+    }
+
+    /// Drops `token` from the front of the unproven order if it is still there.
+    pub fn pop_oldest_unproven(&self, token: &TokenId) {
+        let mut order = self.unproven_order.lock();
+        if order.front() == Some(token) {
+            order.pop_front();
+        }
+    }
+
+    /// Whether the unproven order holds entries for tokens that were seen or removed.
+    pub fn unproven_order_has_stale(&self) -> bool {
+        self.unproven_order.lock().len() as u64 > self.unproven()
+    }
+
+    /// Drops stale entries from the unproven order once they clearly outnumber the live ones
+    /// (stale entries stuck behind a live token too young to shed). One lookup per entry, so it
+    /// belongs to the reaper, not to requests.
+    pub fn compact_unproven_order(&self) {
+        let taken = {
+            let mut order = self.unproven_order.lock();
+            if order.len() as u64 <= 2 * self.unproven() + ORDER_SLACK {
+                return;
+            }
+            std::mem::take(&mut *order)
+        };
+        let kept: VecDeque<TokenId> = taken
+            .into_iter()
+            .filter(|token| {
+                self.lock_for(token)
+                    .get(token)
+                    .is_some_and(|entry| !entry.has(SEEN))
+            })
+            .collect();
+        let mut order = self.unproven_order.lock();
+        // Tokens stored meanwhile are newer than every kept one.
+        let newer = std::mem::replace(&mut *order, kept);
+        order.extend(newer);
+    }
+
+    #[cfg(test)]
+    pub fn unproven_order_len(&self) -> usize {
+        self.unproven_order.lock().len()
+    }
+
+    /// Counts unproven tokens the slow way, to check the running count in tests.
+    #[cfg(test)]
+    pub fn unproven_by_scan(&self) -> u64 {
+        (0..SHARD_COUNT)
+            .map(|index| {
+                self.lock_shard(index)
+                    .values()
+                    .filter(|entry| !entry.has(SEEN))
+                    .count() as u64
+            })
+            .sum()
     }
 }
 
