@@ -19,9 +19,8 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::App;
-use crate::first_request::{FirstRequest, FirstRequestDeadline};
 use crate::framing::{FramingGuard, FramingWatch, Refusal};
-use crate::stream_activity::{CountedBody, StreamActivity};
+use crate::idle_deadline::{ConnectionActivity, CountedBody, IdleDeadline};
 
 /// Slow clients get this long to send a request head (slowloris); it also bounds how long an idle
 /// keep-alive connection is kept, over HTTP/1 and HTTP/2 alike.
@@ -290,7 +289,7 @@ async fn serve(
     load: Arc<WorkerLoad>,
 ) -> Result<(), ServeError> {
     let builder = Arc::new(connection_builder());
-    let connections = Connections::default();
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let worker = worker_index();
     tokio::pin!(shutdown);
     'accepting: loop {
@@ -319,14 +318,12 @@ async fn serve(
             }
         };
         let held = load.open(worker);
-        serve_connection(&builder, &connections, stream, peer, app.clone(), held);
+        serve_connection(&builder, &graceful, stream, peer, app.clone(), held);
     }
     drop(listener);
     tracing::info!(worker = worker_index(), "draining...");
-    connections.stop.cancel();
-    connections.tasks.close();
     tokio::select! {
-        () = connections.tasks.wait() => {}
+        () = graceful.shutdown() => {}
         () = tokio::time::sleep(crate::SHUTDOWN_GRACE) => {
             tracing::warn!(worker = worker_index(), "grace period over; closing remaining connections");
         }
@@ -353,17 +350,9 @@ fn connection_builder() -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// A worker's connection tasks, and the signal that asks them to finish.
-#[derive(Default)]
-struct Connections {
-    /// Cancelled on shutdown: each connection finishes its requests and closes.
-    stop: tokio_util::sync::CancellationToken,
-    tasks: tokio_util::task::TaskTracker,
-}
-
 fn serve_connection(
     builder: &Arc<auto::Builder<TokioExecutor>>,
-    connections: &Connections,
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
     stream: TcpStream,
     peer: SocketAddr,
     app: Arc<App>,
@@ -375,18 +364,20 @@ fn serve_connection(
         tls: false,
     };
     let watch = Arc::new(FramingWatch::default());
-    let first = Arc::new(FirstRequest::default());
-    let stream = FirstRequestDeadline::new(stream, first.clone(), HEADER_READ_TIMEOUT);
+    let activity = Arc::new(ConnectionActivity::default());
+    let stream = IdleDeadline::new(stream, activity.clone(), HEADER_READ_TIMEOUT);
     let io = TokioIo::new(FramingGuard::new(stream, watch.clone()));
-    let activity = Arc::new(StreamActivity::default());
-    let streams = activity.clone();
     let service = service_fn(move |req: hyper::Request<Incoming>| {
-        first.arrived();
         let app = app.clone();
         let watch = watch.clone();
         let refusal = watch.next_refusal();
         // Held by the request's future, then by its response body: open until either ends.
-        let stream = (req.version() == http::Version::HTTP_2).then(|| streams.stream_opened());
+        let stream = if req.version() == http::Version::HTTP_2 {
+            Some(activity.stream_opened())
+        } else {
+            activity.request_arrived();
+            None
+        };
         async move {
             if let Some(refusal) = refusal {
                 return Ok::<_, Infallible>(refused_framing(&app, &req, refusal));
@@ -403,35 +394,12 @@ fn serve_connection(
         }
     });
     let builder = builder.clone();
-    let stop = connections.stop.clone();
-    connections.tasks.spawn(async move {
-        let connection = builder.serve_connection_with_upgrades(io, service);
-        tokio::pin!(connection);
-        let idle_check = tokio::time::sleep(HEADER_READ_TIMEOUT);
-        tokio::pin!(idle_check);
-        let mut closing = false;
-        let ended = loop {
-            tokio::select! {
-                ended = connection.as_mut() => break ended,
-                () = stop.cancelled(), if !closing => {
-                    connection.as_mut().graceful_shutdown();
-                    closing = true;
-                }
-                () = &mut idle_check, if !closing => {
-                    let now = tokio::time::Instant::now();
-                    match activity.idle_deadline(HEADER_READ_TIMEOUT) {
-                        Some(deadline) if deadline <= now => {
-                            // GOAWAY: the client opens a new connection when it needs one.
-                            connection.as_mut().graceful_shutdown();
-                            closing = true;
-                        }
-                        Some(deadline) => idle_check.as_mut().reset(deadline),
-                        None => idle_check.as_mut().reset(now + HEADER_READ_TIMEOUT),
-                    }
-                }
-            }
-        };
-        if let Err(e) = ended {
+    let connection = builder
+        .serve_connection_with_upgrades(io, service)
+        .into_owned();
+    let watched = graceful.watch(connection);
+    tokio::spawn(async move {
+        if let Err(e) = watched.await {
             tracing::debug!(error = %e, "connection ended with an error");
         }
         drop(held);

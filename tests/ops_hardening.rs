@@ -1155,12 +1155,12 @@ async fn idle_http2_connections_are_closed_too() {
     let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), 200);
     let _ = response.into_body().collect().await.unwrap();
-    // Then nothing: the server says goodbye once the connection has been idle for the timeout.
+    // Then nothing: the server closes the connection once it has been idle for the timeout,
+    // as it does an idle HTTP/1 one (the client may see that as an orderly end or an error).
     let idle_since = std::time::Instant::now();
-    tokio::time::timeout(Duration::from_secs(15), connection)
+    let _ended = tokio::time::timeout(Duration::from_secs(15), connection)
         .await
         .expect("closed within the idle timeout")
-        .unwrap()
         .unwrap();
     let idle = idle_since.elapsed();
     assert!(idle >= Duration::from_secs(5), "closed after only {idle:?}");

@@ -1,0 +1,326 @@
+//! Deadlines hyper does not enforce on a client connection: the first request, and an idle
+//! HTTP/2 connection.
+//!
+//! hyper's header-read timer starts only once it knows the protocol: before that, the
+//! connection builder waits for the first bytes (up to the 24 of the HTTP/2 preface) without any
+//! timer, and an HTTP/2 connection then waits for its first stream with none either. Later, an
+//! HTTP/1 connection is closed by that timer when idle, but an HTTP/2 connection with no open
+//! stream stays open for as long as the client answers pings. Either way a client could hold
+//! any number of connections (each a descriptor and a task).
+//!
+//! [`IdleDeadline`] wraps the connection's stream and fails its reads once the limit passes
+//! before the first request, or after the last HTTP/2 stream ended with no new one. The checks
+//! live in the read path hyper polls anyway, so a busy HTTP/1 connection pays one atomic load
+//! per read and no timer at all.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// What the service has seen of one connection's requests, shared with its stream's reads.
+#[derive(Debug)]
+pub(crate) struct ConnectionActivity {
+    first_arrived: AtomicBool,
+    /// The connection has carried an HTTP/2 stream (an idle HTTP/1 one is left to hyper).
+    multiplexed: AtomicBool,
+    open_streams: AtomicUsize,
+    /// Milliseconds after `since` at which the last open stream ended.
+    quiet_from_ms: AtomicU64,
+    since: Instant,
+    /// The connection's reader, woken when its last stream ends so it arms the idle deadline.
+    reader: futures_util::task::AtomicWaker,
+}
+
+impl Default for ConnectionActivity {
+    fn default() -> Self {
+        ConnectionActivity {
+            first_arrived: AtomicBool::new(false),
+            multiplexed: AtomicBool::new(false),
+            open_streams: AtomicUsize::new(0),
+            quiet_from_ms: AtomicU64::new(0),
+            since: Instant::now(),
+            reader: futures_util::task::AtomicWaker::new(),
+        }
+    }
+}
+
+impl ConnectionActivity {
+    /// Records an HTTP/1 request.
+    pub(crate) fn request_arrived(&self) {
+        // Checked before storing: after the first request this stays a shared read.
+        if !self.first_arrived.load(Ordering::Relaxed) {
+            self.first_arrived.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Records an HTTP/2 stream, counted open until the returned guard is dropped.
+    pub(crate) fn stream_opened(self: &Arc<Self>) -> OpenStream {
+        self.multiplexed.store(true, Ordering::Relaxed);
+        self.open_streams.fetch_add(1, Ordering::Relaxed);
+        self.request_arrived();
+        OpenStream(Arc::clone(self))
+    }
+
+    /// When the connection's reads fail: `limit` after it opened while no request has come,
+    /// `limit` after its last stream ended while an HTTP/2 connection has none open; `None`
+    /// otherwise. The flag says whether the reader must stay registered for stream endings.
+    fn deadline(&self, limit: Duration) -> (Option<Instant>, bool) {
+        if !self.first_arrived.load(Ordering::Relaxed) {
+            return (Some(self.since + limit), true);
+        }
+        if !self.multiplexed.load(Ordering::Relaxed) {
+            return (None, false);
+        }
+        if self.open_streams.load(Ordering::Acquire) > 0 {
+            return (None, true);
+        }
+        let quiet_from = Duration::from_millis(self.quiet_from_ms.load(Ordering::Relaxed));
+        (Some(self.since + quiet_from + limit), true)
+    }
+
+    fn stream_closed(&self) {
+        let elapsed = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // Stamped before the count drops, so a reader that sees no open stream sees this time.
+        self.quiet_from_ms.fetch_max(elapsed, Ordering::Relaxed);
+        if self.open_streams.fetch_sub(1, Ordering::Release) == 1 {
+            self.reader.wake();
+        }
+    }
+}
+
+/// One open HTTP/2 stream; dropping it (response finished, or the stream abandoned) closes it.
+pub(crate) struct OpenStream(Arc<ConnectionActivity>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.stream_closed();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its stream counted open until it is finished or dropped.
+    pub(crate) struct CountedBody<B> {
+        #[pin]
+        inner: B,
+        stream: OpenStream,
+    }
+}
+
+impl<B> CountedBody<B> {
+    pub(crate) fn new(inner: B, stream: OpenStream) -> Self {
+        CountedBody { inner, stream }
+    }
+}
+
+impl<B: Body> Body for CountedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A client stream whose reads fail with `TimedOut` at the [`ConnectionActivity`] deadline;
+/// writes pass through untouched.
+pub(crate) struct IdleDeadline<T> {
+    inner: T,
+    activity: Arc<ConnectionActivity>,
+    limit: Duration,
+    /// The armed timer and the instant it is set for; dropped while no deadline applies.
+    timer: Option<(Pin<Box<Sleep>>, Instant)>,
+}
+
+impl<T> IdleDeadline<T> {
+    pub(crate) fn new(inner: T, activity: Arc<ConnectionActivity>, limit: Duration) -> Self {
+        IdleDeadline {
+            inner,
+            activity,
+            limit,
+            timer: None,
+        }
+    }
+
+    /// Whether the deadline has passed; arms, moves or drops the timer as the activity says.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let (deadline, watch_streams) = self.activity.deadline(self.limit);
+        if watch_streams {
+            self.activity.reader.register(cx.waker());
+        }
+        let Some(deadline) = deadline else {
+            self.timer = None;
+            return false;
+        };
+        let timer = match &mut self.timer {
+            Some((timer, armed_for)) => {
+                if *armed_for != deadline {
+                    timer.as_mut().reset(deadline);
+                    *armed_for = deadline;
+                }
+                timer
+            }
+            None => {
+                let timer = Box::pin(tokio::time::sleep_until(deadline));
+                &mut self.timer.insert((timer, deadline)).0
+            }
+        };
+        timer.as_mut().poll(cx).is_ready()
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for IdleDeadline<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.expired(cx) {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no request within the idle timeout",
+            )));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for IdleDeadline<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    fn guarded() -> (
+        tokio::io::DuplexStream,
+        IdleDeadline<tokio::io::DuplexStream>,
+        Arc<ConnectionActivity>,
+    ) {
+        let (client, server) = tokio::io::duplex(64);
+        let activity = Arc::new(ConnectionActivity::default());
+        let stream = IdleDeadline::new(server, activity.clone(), LIMIT);
+        (client, stream, activity)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_fails_its_read_at_the_deadline() {
+        let (_client, mut stream, _) = guarded();
+        let started = Instant::now();
+        let error = stream.read(&mut [0u8; 1]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), LIMIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_alone_do_not_lift_the_deadline_but_a_request_does() {
+        // Half an HTTP/2 preface: readable, yet no request.
+        let (mut client, mut stream, _) = guarded();
+        client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(stream.read(&mut buf).await.unwrap(), 16);
+        let error = stream.read(&mut buf).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+
+        // An HTTP/1 connection whose request arrives in time is left to hyper afterwards.
+        let (mut client, mut stream, activity) = guarded();
+        client.write_all(b"GET").await.unwrap();
+        assert_eq!(stream.read(&mut buf).await.unwrap(), 3);
+        activity.request_arrived();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        client.write_all(b"more").await.unwrap();
+        assert_eq!(stream.read(&mut buf).await.unwrap(), 4);
+        assert!(
+            stream.timer.is_none(),
+            "no timer left on a served connection"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_connection_times_out_only_once_its_last_stream_ends() {
+        let (mut client, mut stream, activity) = guarded();
+        let first = activity.stream_opened();
+        let second = activity.stream_opened();
+        let reading = tokio::spawn(async move {
+            let mut buf = [0u8; 8];
+            let started = Instant::now();
+            let error = loop {
+                match stream.read(&mut buf).await {
+                    Ok(_) => continue,
+                    Err(error) => break error,
+                }
+            };
+            (error.kind(), started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(first);
+        client.write_all(b"ping").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        // Only the last stream's end starts the idle time; nothing is read after it.
+        drop(second);
+        let (kind, waited) = reading.await.unwrap();
+        assert_eq!(kind, io::ErrorKind::TimedOut);
+        assert_eq!(waited, Duration::from_secs(60) + LIMIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_holds_its_stream_open_until_dropped() {
+        let activity = Arc::new(ConnectionActivity::default());
+        let body = CountedBody::new(
+            http_body_util::Full::new(bytes::Bytes::from_static(b"x")),
+            activity.stream_opened(),
+        );
+        assert_eq!(activity.deadline(LIMIT).0, None);
+        drop(body);
+        assert!(activity.deadline(LIMIT).0.is_some());
+    }
+}
