@@ -13,6 +13,7 @@ pub mod cookies;
 pub mod demo;
 mod framing;
 mod idle_deadline;
+mod io_wrap;
 pub mod logging;
 pub mod ops;
 pub mod pass;
