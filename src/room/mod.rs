@@ -52,6 +52,12 @@ pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(300);
 pub const DEFAULT_REAPER: Duration = Duration::from_secs(300);
 /// Shortest bound on a ready visitor's wait for a page slot.
 const MIN_SLOT_WAIT: Duration = Duration::from_secs(10);
+/// How long a new ticket has to prove itself before a newcomer at a full line may take its
+/// room: two poll intervals, the least the first-poll grace may be.
+fn proof_window_ms(settings: &RoomSettings) -> u64 {
+    u64::from(settings.retry_after_secs.max(1)) * 2_000
+}
+
 /// Most entries of the unproven order one arrival looks at (shed or dropped as stale): twice
 /// the one entry each arrival may add, so a backlog shrinks, and a fixed cost per request.
 const TIDY_STEPS: usize = 4;
@@ -503,15 +509,22 @@ impl Shared {
         now: u64,
         settings: &RoomSettings,
     ) -> Decision {
-        // The breaker counts only visitors who proved themselves (polled, or came back with their
-        // cookie). Counting every ticket, as the original does, lets a burst of clients that
-        // never keep the cookie fill the line inside the first-poll grace and turn every real
-        // newcomer away while the origin idles. Unproven tickets are bounded on their own
-        // instead: past max-queue of them, each newcomer sheds the oldest (`tidy_unproven`), so
-        // the store holds at most twice max-queue and a flood only ever pushes out itself.
+        // The breaker trips, as the original's does, when the tickets alive reach max-queue.
+        // But the original then turns every newcomer away until the first-poll grace sweeps a
+        // burst of clients that never keep the cookie (30 s with the origin idle). Here a
+        // ticket that has had two poll intervals to prove itself (poll, or come back with its
+        // cookie) and has not is taken to be abandoned: the newcomer takes its room instead.
+        // Proven visitors are never displaced, and within the window the breaker answers as
+        // the original does.
         let max = settings.max_queue;
-        if max > 0 && self.tokens.proven() >= max {
-            return Decision::Full;
+        if max > 0 {
+            let proven = self.tokens.proven();
+            if proven >= max
+                || (proven + self.tokens.unproven() >= max
+                    && !self.shed_abandoned(now.saturating_sub(proof_window_ms(settings)), now))
+            {
+                return Decision::Full;
+            }
         }
         let mut core = self.core.lock();
         let key = core.line.issue();
@@ -535,6 +548,37 @@ impl Shared {
             stale_ticket: arrival.ticket_cookie.is_some(),
         });
         waiting
+    }
+
+    /// Retires the oldest never-proven ticket if it was issued at or before `cutoff`, making
+    /// room for a newcomer; stale order entries met on the way are dropped. Bounded steps.
+    fn shed_abandoned(&self, cutoff: u64, now: u64) -> bool {
+        for _ in 0..TIDY_STEPS {
+            let Some(token) = self.tokens.oldest_unproven() else {
+                return false;
+            };
+            let mut shard = self.tokens.lock_for(&token);
+            match shard.get(&token).copied() {
+                Some(entry) if !entry.has(SEEN) => {
+                    if entry.created() > cutoff {
+                        // The oldest has not had its chance yet, so none behind it has.
+                        return false;
+                    }
+                    shard.remove(&token);
+                    self.tokens.note_removed(&entry);
+                    self.core.lock().retire(entry.key, now);
+                    drop(shard);
+                    self.tokens.pop_oldest_unproven(&token);
+                    bump(&self.counters.evicted, 1);
+                    return true;
+                }
+                // Seen or gone since it was queued: a stale entry.
+                _ => {}
+            }
+            drop(shard);
+            self.tokens.pop_oldest_unproven(&token);
+        }
+        false
     }
 
     /// Sheds the oldest unproven tickets while there are more than `max` (0 = no bound) and
