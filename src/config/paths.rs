@@ -88,7 +88,8 @@ fn is_strictly_below(path: &str, base: &str) -> bool {
 }
 
 fn is_reserved_path(path: &str) -> bool {
-    path == RESERVED_EXACT
+    // Concert answers the status path with a trailing slash too, so a rule for it never matches.
+    path.strip_suffix('/').unwrap_or(path) == RESERVED_EXACT
         || RESERVED_TREES
             .iter()
             .any(|root| path == *root || is_strictly_below(path, root))
@@ -701,6 +702,7 @@ mod tests {
             "/_concert",
             "/_concert/x/*",
             "/_room/stats/*",
+            "/queue/status/",
         ] {
             assert!(
                 PathList::parse_strict(bad).is_err(),

@@ -302,7 +302,7 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-retry-after", env: "CONCERT_RETRY_AFTER", group: ROOM, restart: false,
         check: int(0, MAX_I32), default: "5",
         label: "Retry interval (seconds)",
-        help: "Retry-After sent to waiting clients and the page's poll interval. Values below 1 become 1.",
+        help: "Retry-After sent to waiting clients and the page's poll interval. 0 becomes 1.",
     }),
     setting!(api_json: Bool {
         flag: "-api-json", env: "CONCERT_API_JSON", group: ROOM, restart: false,
