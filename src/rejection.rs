@@ -19,9 +19,6 @@ pub enum Rejection {
     UriTooLong,
     /// More header fields than Concert accepts (HTTP/1 requests get this from hyper).
     TooManyHeaders,
-    /// A request body in a transfer coding other than plain `chunked` (RFC 9112 §6.1): the
-    /// proxy would hand the origin bytes still in a coding it no longer announces.
-    UnsupportedTransferCoding,
     /// An unknown path under a reserved prefix (`/_room/…`, `/_concert/…`): answered here so it
     /// never leaks to the origin.
     ReservedNotFound,
@@ -45,7 +42,6 @@ impl Rejection {
             Rejection::BadRequest(_) => StatusCode::BAD_REQUEST,
             Rejection::UriTooLong => StatusCode::URI_TOO_LONG,
             Rejection::TooManyHeaders => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            Rejection::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
             Rejection::ReservedNotFound | Rejection::AdminDisabled => StatusCode::NOT_FOUND,
             Rejection::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Rejection::QueueFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -95,13 +91,6 @@ impl Rejection {
             Rejection::TooManyHeaders => {
                 builder = builder.header(header::CONTENT_TYPE, TEXT);
                 Body::from("too many request header fields\n")
-            }
-            Rejection::UnsupportedTransferCoding => {
-                // The body was not read: nothing after it on the connection can be trusted.
-                builder = builder
-                    .header(header::CONTENT_TYPE, TEXT)
-                    .header(header::CONNECTION, "close");
-                Body::from("transfer coding not supported: send chunked or Content-Length\n")
             }
             Rejection::ReservedNotFound => {
                 builder = builder.header(header::CONTENT_TYPE, TEXT);

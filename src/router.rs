@@ -130,7 +130,9 @@ fn inspect(
     }
     check_host(req)?;
     if req.headers().contains_key(header::TRANSFER_ENCODING) && !only_chunked(req.headers()) {
-        return Err(Rejection::UnsupportedTransferCoding);
+        return Err(Rejection::BadRequest(
+            "transfer codings other than chunked are not supported".to_string(),
+        ));
     }
     let uri = req.uri();
     let raw_target = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
@@ -161,8 +163,9 @@ fn inspect(
 
 /// Whether the request's transfer codings are exactly `chunked`, the one coding the proxy decodes
 /// and re-applies. hyper reads `gzip, chunked` as plain chunked, so the origin would get
-/// compressed bytes with nothing saying so. (Codings without a final `chunked` never get here:
-/// the framing guard refuses them.)
+/// compressed bytes with nothing saying so. Refused with 400, as hyper refuses other unknown
+/// codings (RFC 9112 suggests 501, but no malformed or unsupported input gets a 5xx from
+/// Concert). Codings without a final `chunked` never get here: the framing guard refuses them.
 fn only_chunked(headers: &http::HeaderMap) -> bool {
     let mut codings = headers
         .get_all(header::TRANSFER_ENCODING)

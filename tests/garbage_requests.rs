@@ -509,7 +509,7 @@ fn valid_request() -> impl Strategy<Value = Vec<u8>> {
     let chunk_sizes = proptest::collection::vec(1usize..40, 1..4);
     let kind = 0..4usize;
     // Spellings every HTTP/1.1 parser must take alike: header-name case, optional whitespace
-    // around values. (A coding before `chunked` is answered 501: see ops_hardening.)
+    // around values. (A coding before `chunked` is refused: see ops_hardening.)
     let length_name = prop_oneof![
         Just("Content-Length"),
         Just("content-length"),
