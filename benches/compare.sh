@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Load comparison on loopback: the same fast origin reached directly (D), through nginx proxy_pass
-# with an upstream keep-alive pool (N), through HAProxy (H) and through Concert with a cap that
-# never binds (C). Runs are interleaved (D N H C, D N H C, …) so drift hits all alike; the median
-# of the rounds is reported. Everything listens on 127.0.0.1 and every run is bounded in time.
+# Load comparison on loopback: the same fast origin reached directly (D), through a byte relay that
+# does no HTTP work (R, examples/relay.rs: the ceiling any proxy could reach in this layout),
+# through nginx proxy_pass with an upstream keep-alive pool (N), through HAProxy (H) and through
+# Concert with a cap that never binds (C). Runs are interleaved (D R N H C, D R N H C, …) so drift
+# hits all alike; the median of the rounds is reported. Everything listens on 127.0.0.1 and every run is bounded in time.
 # Besides requests/s and latency, each row gives the server's CPU time per request (user and
 # system, from /proc, workers included). On a shared VM both drift between invocations (±15%),
 # but runs next to each other agree closely: compare rows of one run.
@@ -27,6 +28,7 @@ ORIGIN_PORT=${ORIGIN_PORT:-18080}
 NGINX_PORT=${NGINX_PORT:-18081}
 HAPROXY_PORT=${HAPROXY_PORT:-18082}
 CONCERT_PORT=${CONCERT_PORT:-18083}
+RELAY_PORT=${RELAY_PORT:-18084}
 MODE=${MODE:-page}
 OPEN_LOOP=${OPEN_LOOP:-1}
 
@@ -60,8 +62,9 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 
 cargo build --release --locked --quiet
-cargo build --release --locked --quiet --example loadgen
+cargo build --release --locked --quiet --example loadgen --example relay
 LOADGEN=target/release/examples/loadgen
+RELAY=target/release/examples/relay
 CONCERT=target/release/concert
 
 work=$(mktemp -d)
@@ -147,6 +150,11 @@ start_concert() { # $1 = workers
   echo $!
 }
 
+start_relay() { # $1 = workers
+  pin_proxy "$1" "$RELAY" "127.0.0.1:$RELAY_PORT" "127.0.0.1:$ORIGIN_PORT" "$1" >/dev/null 2>&1 &
+  echo $!
+}
+
 wait_port() {
   for _ in $(seq 1 100); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
@@ -219,17 +227,22 @@ for workers in $WORKERS; do
   pid_n=$(start_nginx "$workers"); pids+=("$pid_n")
   pid_h=$(start_haproxy "$workers"); pids+=("$pid_h")
   pid_c=$(start_concert "$workers"); pids+=("$pid_c")
+  pid_r=$(start_relay "$workers"); pids+=("$pid_r")
   wait_port "$NGINX_PORT"; wait_port "$HAPROXY_PORT"; wait_port "$CONCERT_PORT"
+  wait_port "$RELAY_PORT"
   if [ "$MODE" = asset ]; then
     pass=$(fetch_pass)
     [ -n "$pass" ] || { echo "Concert issued no concert_admit pass" >&2; exit 1; }
     WRK_HEADERS=(-H "Cookie: concert_admit=$pass")
   fi
-  for target in D N H C; do pin_gen wrk -t1 -c"$CONNS" -d1s "http://127.0.0.1:$ORIGIN_PORT/" >/dev/null 2>&1; done
+  # A short warm-up through each, so every proxy has its origin connections open before timing.
+  for port in "$ORIGIN_PORT" "$RELAY_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$CONCERT_PORT"; do
+    pin_gen wrk -t1 -c"$CONNS" -d1s "${WRK_HEADERS[@]}" "http://127.0.0.1:$port$BENCH_PATH" >/dev/null 2>&1
+  done
   for round in $(seq 1 "$ROUNDS"); do
-    for target in D N H C; do
+    for target in D R N H C; do
       case $target in
-        D) port=$ORIGIN_PORT; pid=$pid_origin ;; N) port=$NGINX_PORT; pid=$pid_n ;;
+        D) port=$ORIGIN_PORT; pid=$pid_origin ;; R) port=$RELAY_PORT; pid=$pid_r ;; N) port=$NGINX_PORT; pid=$pid_n ;;
         H) port=$HAPROXY_PORT; pid=$pid_h ;; C) port=$CONCERT_PORT; pid=$pid_c ;;
       esac
       read -r r a b u y e <<<"$(measure "$port" "$pid")"
@@ -241,9 +254,9 @@ for workers in $WORKERS; do
   echo "== $workers worker thread(s) per proxy =="
   printf "%-22s %12s %10s %10s %14s %14s\n" target "req/s" "p50 ms" "p99 ms" "user us/req" \
     "system us/req"
-  for target in D N H C; do
+  for target in D R N H C; do
     case $target in
-      D) name="direct (origin)" ;; N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
+      D) name="direct (origin)" ;; R) name="byte relay (ceiling)" ;; N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
     esac
     printf "%-22s %12s %10s %10s %14s %14s\n" "$name" \
       "$(tr ' ' '\n' <<<"${rps[$target]}" | grep . | median)" \
@@ -277,7 +290,7 @@ for workers in $WORKERS; do
     done
     echo
   fi
-  kill "$pid_n" "$pid_h" "$pid_c" 2>/dev/null || true
-  wait "$pid_n" "$pid_h" "$pid_c" 2>/dev/null || true
+  kill "$pid_n" "$pid_h" "$pid_c" "$pid_r" 2>/dev/null || true
+  wait "$pid_n" "$pid_h" "$pid_c" "$pid_r" 2>/dev/null || true
   unset rps p50 p99 user system errs
 done
