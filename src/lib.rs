@@ -242,6 +242,9 @@ pub struct App {
     pub data_dir: Option<Arc<persist::DataDir>>,
     /// Open client connections per serving worker, once serving has started.
     connections: std::sync::OnceLock<Arc<server::WorkerLoad>>,
+    /// Cancelled when the server starts draining: event streams end then instead of holding the
+    /// stop for its whole grace period.
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 /// A refused live change, with the status the API answers.
@@ -291,6 +294,7 @@ impl App {
             priority: priority::Priority::new(),
             change_lock: parking_lot::Mutex::new(()),
             connections: std::sync::OnceLock::new(),
+            draining: tokio_util::sync::CancellationToken::new(),
             baseline: Arc::new(baseline),
             data_dir,
         }))
@@ -573,12 +577,14 @@ pub async fn start_on_workers(
     });
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let serving = app.clone();
+    let draining = app.draining.clone();
     let task = tokio::spawn(async move {
         let result = server::serve_workers(
             listener,
             serving.clone(),
             async move {
                 let _ = stopped.wait_for(|stop| *stop).await;
+                draining.cancel();
             },
             workers,
         )

@@ -350,7 +350,8 @@ async fn forward(
         path_and_query: &info.target,
     };
     app.counters.proxied_total.fetch_add(1, Ordering::Relaxed);
-    generation.proxy.forward(req, ctx, hold).await
+    let response = generation.proxy.forward(req, ctx, hold).await;
+    crate::proxy::end_event_stream_on_drain(response, &app.draining)
 }
 
 /// Strike weight of a forged admission pass.

@@ -1216,6 +1216,59 @@ async fn shutdown_lets_in_flight_requests_finish() {
 }
 
 #[tokio::test]
+async fn shutdown_ends_event_streams_cleanly_instead_of_waiting_out_the_grace() {
+    event_stream_ends_on_shutdown(plain_client()).await;
+}
+
+#[tokio::test]
+async fn shutdown_ends_http2_event_streams_cleanly() {
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    event_stream_ends_on_shutdown(client).await;
+}
+
+async fn event_stream_ends_on_shutdown(client: reqwest::Client) {
+    let origin = origins::sse_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let mut events = client
+        .get(url(&concert, "/events"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    let first = events.chunk().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: hello"), "{first:?}");
+    let stopping = tokio::spawn(concert.shutdown());
+    // The origin would stream for a minute and the grace is 30 s: the stream must end well
+    // before either, with its proper end (a cut connection is an error here).
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut rest = Vec::new();
+        while let Some(chunk) = events.chunk().await? {
+            rest.extend_from_slice(&chunk);
+        }
+        Ok::<_, reqwest::Error>(rest)
+    })
+    .await
+    .expect("the event stream ended on shutdown")
+    .expect("the event stream ended cleanly");
+    assert!(
+        rest.is_empty() || rest.ends_with(b"\n\n"),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("the stop did not wait for the stream")
+        .unwrap()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(3), || origin.in_flight() == 0).await);
+}
+
+#[tokio::test]
 async fn a_busy_port_is_an_error_naming_listen() {
     let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = taken.local_addr().unwrap().to_string();

@@ -1,6 +1,7 @@
 //! Keeping a slot busy for exactly as long as the client is being served: the response body
 //! guard, and the tunnel of an upgraded connection.
 
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -191,6 +192,54 @@ impl<B: Body> Body for ClientBody<B> {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// A response body that ends cleanly, between two frames, once the server starts draining.
+/// Event streams never end by themselves, so without this a single open one held every stop for
+/// the whole grace period; ended, the client's `EventSource` reconnects (to the restarted
+/// server) as it does after any network hiccup.
+pub(super) struct EndsOnDrain<B> {
+    /// `None` once ended: dropping the origin's body releases its slot and connection at once.
+    inner: Option<B>,
+    drained: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl<B> EndsOnDrain<B> {
+    pub(super) fn new(inner: B, draining: tokio_util::sync::CancellationToken) -> EndsOnDrain<B> {
+        EndsOnDrain {
+            inner: Some(inner),
+            drained: Box::pin(draining.cancelled_owned()),
+        }
+    }
+}
+
+impl<B: Body + Unpin> Body for EndsOnDrain<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        if self.inner.is_some() && self.drained.as_mut().poll(cx).is_ready() {
+            self.inner = None;
+        }
+        match self.inner.as_mut() {
+            Some(inner) => Pin::new(inner).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Some(inner) => inner.size_hint(),
+            None => SizeHint::with_exact(0),
+        }
     }
 }
 

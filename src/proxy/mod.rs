@@ -106,6 +106,31 @@ pub struct ForwardContext<'a> {
     pub path_and_query: &'a str,
 }
 
+/// Lets an event stream (`Content-Type: text/event-stream`) end once `draining` is cancelled,
+/// so a stop does not wait out its grace period for answers that never finish; every other
+/// response passes unchanged and keeps the whole grace period.
+pub fn end_event_stream_on_drain(
+    response: Response<Body>,
+    draining: &tokio_util::sync::CancellationToken,
+) -> Response<Body> {
+    if !is_event_stream(response.headers()) {
+        return response;
+    }
+    let draining = draining.clone();
+    response.map(|body| Body::new(body::EndsOnDrain::new(body, draining)))
+}
+
+fn is_event_stream(headers: &http::HeaderMap) -> bool {
+    headers.get(header::CONTENT_TYPE).is_some_and(|value| {
+        let media = value.as_bytes().split(|&byte| byte == b';').next();
+        media.is_some_and(|media| {
+            media
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"text/event-stream")
+        })
+    })
+}
+
 /// Whatever keeps a page or stream slot busy; dropping it releases the slot.
 pub type SlotHold = Box<dyn std::any::Any + Send + Sync>;
 

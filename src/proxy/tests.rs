@@ -1123,3 +1123,20 @@ async fn clients_get_http_1_1_and_keep_alive_from_an_http_1_0_origin() {
     );
     origin.abort();
 }
+
+#[test]
+fn only_event_streams_end_on_drain() {
+    let with_type = |value: &'static str| {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(value));
+        headers
+    };
+    assert!(is_event_stream(&with_type("text/event-stream")));
+    assert!(is_event_stream(&with_type(
+        "Text/Event-Stream; charset=utf-8"
+    )));
+    assert!(is_event_stream(&with_type(" text/event-stream ;x=y")));
+    assert!(!is_event_stream(&with_type("text/event-streams")));
+    assert!(!is_event_stream(&with_type("text/html")));
+    assert!(!is_event_stream(&HeaderMap::new()));
+}
