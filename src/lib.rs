@@ -242,9 +242,9 @@ pub struct App {
     pub data_dir: Option<Arc<persist::DataDir>>,
     /// Open client connections per serving worker, once serving has started.
     connections: std::sync::OnceLock<Arc<server::WorkerLoad>>,
-    /// Cancelled when the server starts draining: event streams end then instead of holding the
-    /// stop for its whole grace period.
-    pub draining: tokio_util::sync::CancellationToken,
+    /// The stop as long-lived answers see it: event streams end and WebSockets close when the
+    /// drain starts, instead of holding the stop for its whole grace period.
+    pub drain: proxy::Drain,
 }
 
 /// A refused live change, with the status the API answers.
@@ -294,7 +294,7 @@ impl App {
             priority: priority::Priority::new(),
             change_lock: parking_lot::Mutex::new(()),
             connections: std::sync::OnceLock::new(),
-            draining: tokio_util::sync::CancellationToken::new(),
+            drain: proxy::Drain::default(),
             baseline: Arc::new(baseline),
             data_dir,
         }))
@@ -577,14 +577,12 @@ pub async fn start_on_workers(
     });
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let serving = app.clone();
-    let draining = app.draining.clone();
     let task = tokio::spawn(async move {
         let result = server::serve_workers(
             listener,
             serving.clone(),
             async move {
                 let _ = stopped.wait_for(|stop| *stop).await;
-                draining.cancel();
             },
             workers,
         )

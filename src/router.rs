@@ -348,10 +348,11 @@ async fn forward(
         peer_trusted,
         via_tls: info.conn.tls,
         path_and_query: &info.target,
+        drain: &app.drain,
     };
     app.counters.proxied_total.fetch_add(1, Ordering::Relaxed);
     let response = generation.proxy.forward(req, ctx, hold).await;
-    crate::proxy::end_event_stream_on_drain(response, &app.draining)
+    crate::proxy::end_event_stream_on_drain(response, &app.drain)
 }
 
 /// Strike weight of a forged admission pass.

@@ -279,7 +279,8 @@ pub async fn serve_workers(
 }
 
 /// Serves `listener` as worker [`worker_index`] until `shutdown` resolves, then stops accepting
-/// and gives in-flight requests up to [`crate::SHUTDOWN_GRACE`] before closing what is left.
+/// and gives in-flight requests and closing WebSockets up to [`crate::SHUTDOWN_GRACE`] before
+/// closing what is left.
 /// While this worker holds clearly more connections than the least busy one, it leaves new
 /// connections to the others.
 async fn serve(
@@ -322,8 +323,15 @@ async fn serve(
     }
     drop(listener);
     tracing::info!(worker = worker_index(), "draining...");
+    app.drain.start();
+    // WebSocket tunnels are no longer connections hyper tracks; they run on this worker too,
+    // so it waits for their Close frames before its runtime goes.
+    let drained = async {
+        graceful.shutdown().await;
+        app.drain.websockets_closed().await;
+    };
     tokio::select! {
-        () = graceful.shutdown() => {}
+        () = drained => {}
         () = tokio::time::sleep(crate::SHUTDOWN_GRACE) => {
             tracing::warn!(worker = worker_index(), "grace period over; closing remaining connections");
         }

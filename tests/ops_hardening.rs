@@ -1269,6 +1269,46 @@ async fn event_stream_ends_on_shutdown(client: reqwest::Client) {
 }
 
 #[tokio::test]
+async fn shutdown_closes_websockets_with_going_away_on_both_sides() {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+    let origin = origins::ws_echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-bypass", "/ws"]).await;
+    let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", concert.addr))
+        .await
+        .unwrap();
+    socket.send(Message::text("before")).await.unwrap();
+    let echoed = socket.next().await.unwrap().unwrap();
+    assert_eq!(echoed, Message::text("before"));
+    assert_eq!(origin.in_flight(), 1, "the origin holds the socket open");
+    let stopping = tokio::spawn(concert.shutdown());
+    // The browser's side hears a proper close ("going away"), not a cut connection.
+    let closing = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match socket.next().await {
+                Some(Ok(Message::Close(frame))) => return frame,
+                Some(Ok(_)) => continue,
+                other => panic!("no Close frame, got {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a Close frame on shutdown");
+    assert_eq!(closing.map(|frame| frame.code), Some(CloseCode::Away));
+    drop(socket);
+    // The origin's side was closed too, and the stop waited for neither the grace nor the
+    // client's reconnect.
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 0).await);
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("the stop did not wait out the grace")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
 async fn a_busy_port_is_an_error_naming_listen() {
     let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = taken.local_addr().unwrap().to_string();

@@ -16,6 +16,7 @@ mod headers;
 mod idle;
 mod pool;
 mod target;
+mod websocket;
 
 #[cfg(test)]
 mod tests;
@@ -104,20 +105,41 @@ pub struct ForwardContext<'a> {
     pub via_tls: bool,
     /// The normalised path plus the original query: exactly what the origin must receive.
     pub path_and_query: &'a str,
+    /// The server's stop, which WebSocket tunnels follow.
+    pub drain: &'a Drain,
 }
 
-/// Lets an event stream (`Content-Type: text/event-stream`) end once `draining` is cancelled,
-/// so a stop does not wait out its grace period for answers that never finish; every other
-/// response passes unchanged and keeps the whole grace period.
-pub fn end_event_stream_on_drain(
-    response: Response<Body>,
-    draining: &tokio_util::sync::CancellationToken,
-) -> Response<Body> {
+/// What the long-lived answers need to know about a stop: when the drain starts, and which
+/// WebSocket tunnels it must wait for while they close.
+#[derive(Debug, Clone, Default)]
+pub struct Drain {
+    started: tokio_util::sync::CancellationToken,
+    websockets: tokio_util::task::TaskTracker,
+}
+
+impl Drain {
+    /// Starts the drain: event streams end, WebSocket tunnels send their Close frames.
+    pub fn start(&self) {
+        self.websockets.close();
+        self.started.cancel();
+    }
+
+    /// Resolves once the drain has started and every WebSocket tunnel has closed.
+    pub async fn websockets_closed(&self) {
+        self.started.cancelled().await;
+        self.websockets.wait().await;
+    }
+}
+
+/// Lets an event stream (`Content-Type: text/event-stream`) end once the drain starts, so a
+/// stop does not wait out its grace period for answers that never finish; every other response
+/// passes unchanged and keeps the whole grace period.
+pub fn end_event_stream_on_drain(response: Response<Body>, drain: &Drain) -> Response<Body> {
     if !is_event_stream(response.headers()) {
         return response;
     }
-    let draining = draining.clone();
-    response.map(|body| Body::new(body::EndsOnDrain::new(body, draining)))
+    let started = drain.started.clone();
+    response.map(|body| Body::new(body::EndsOnDrain::new(body, started)))
 }
 
 fn is_event_stream(headers: &http::HeaderMap) -> bool {
@@ -370,7 +392,17 @@ impl Proxy {
             };
             let origin_side = hyper::upgrade::on(&mut response);
             headers::strip_response(response.headers_mut(), true);
-            tokio::spawn(body::tunnel(client_side, origin_side, hold));
+            let tunnel = body::tunnel(client_side, origin_side, hold);
+            if requested_protocol
+                .as_ref()
+                .is_some_and(|asked| asked.as_bytes().eq_ignore_ascii_case(b"websocket"))
+            {
+                // Tracked, so the stop waits for the Close frames to go out.
+                let started = ctx.drain.started.clone();
+                ctx.drain.websockets.spawn(tunnel.websocket(started));
+            } else {
+                tokio::spawn(tunnel.plain());
+            }
             let (mut parts, _) = response.into_parts();
             as_own_response(&mut parts);
             return Response::from_parts(parts, Body::empty());

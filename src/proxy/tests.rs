@@ -98,11 +98,14 @@ fn front(proxy: Proxy, peer_trusted: bool) -> Front {
                                 .map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned());
                             let req = req.map(Body::new);
                             async move {
+                                // These tests never stop the server.
+                                let drain = Drain::default();
                                 let ctx = ForwardContext {
                                     peer: Some(crate::client::unmap(peer.ip())),
                                     peer_trusted,
                                     via_tls: false,
                                     path_and_query: &target,
+                                    drain: &drain,
                                 };
                                 Ok::<_, Infallible>(proxy.forward(req, ctx, Some(hold)).await)
                             }
