@@ -1309,6 +1309,41 @@ async fn shutdown_closes_websockets_with_going_away_on_both_sides() {
 }
 
 #[tokio::test]
+async fn a_websocket_client_that_resets_frees_its_slot_and_the_origin() {
+    let origin = origins::ws_echo_origin();
+    // A page path: the open socket holds the only page slot.
+    let concert = concert(&["-upstream", &origin.url(), "-cap", "1"]).await;
+    let mut stream = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
+    let handshake = b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    tokio::io::AsyncWriteExt::write_all(&mut stream, handshake)
+        .await
+        .unwrap();
+    let mut answer = [0u8; 12];
+    tokio::io::AsyncReadExt::read_exact(&mut stream, &mut answer)
+        .await
+        .unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 101");
+    assert!(eventually(Duration::from_secs(3), || origin.in_flight() == 1).await);
+    assert_eq!(concert.app.room.stats().occupancy, 1);
+    // Gone without a goodbye: a reset, not a close.
+    stream.set_zero_linger().unwrap();
+    drop(stream);
+    assert!(
+        eventually(Duration::from_secs(5), || origin.in_flight() == 0).await,
+        "the origin's side stayed open"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || concert
+            .app
+            .room
+            .stats()
+            .occupancy
+            == 0)
+        .await
+    );
+}
+
+#[tokio::test]
 async fn a_busy_port_is_an_error_naming_listen() {
     let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = taken.local_addr().unwrap().to_string();

@@ -124,11 +124,10 @@ where
     );
     let close_for_origin = close_to_origin(rand::random());
     let to_origin = one_way(client_reader, origin_writer, &draining, &close_for_origin);
-    let (sent, received) = tokio::join!(to_client, to_origin);
-    for result in [sent, received] {
-        if let Err(err) = result {
-            tracing::debug!(error = %err, "proxy: WebSocket connection ended with an error");
-        }
+    // A failure on either side ends both (dropping both connections), as a plain copy does: a
+    // client that vanished must not leave the origin's side open and the slot held.
+    if let Err(err) = tokio::try_join!(to_client, to_origin) {
+        tracing::debug!(error = %err, "proxy: WebSocket connection ended with an error");
     }
 }
 
