@@ -164,6 +164,20 @@ wait_port() {
   return 1
 }
 
+# The servers were started inside $(…), so they are not this shell's children and `wait` cannot
+# wait for them; the next round binds the same ports, so poll until each has really exited.
+wait_gone() {
+  local pid
+  for pid in "$@"; do
+    for _ in $(seq 1 200); do
+      kill -0 "$pid" 2>/dev/null || continue 2
+      sleep 0.05
+    done
+    echo "process $pid did not exit; killing it" >&2
+    kill -9 "$pid" 2>/dev/null || true
+  done
+}
+
 CLK_TCK=$(getconf CLK_TCK)
 
 # CPU time (user and system clock ticks) used so far by process $1 and its children (nginx
@@ -291,6 +305,6 @@ for workers in $WORKERS; do
     echo
   fi
   kill "$pid_n" "$pid_h" "$pid_c" "$pid_r" 2>/dev/null || true
-  wait "$pid_n" "$pid_h" "$pid_c" "$pid_r" 2>/dev/null || true
+  wait_gone "$pid_n" "$pid_h" "$pid_c" "$pid_r"
   unset rps p50 p99 user system errs
 done
