@@ -691,16 +691,21 @@ async fn abuse_unban(
     Extension(Client(client)): Extension<Client>,
     headers: HeaderMap,
     query: Result<
-        axum::extract::Query<std::collections::HashMap<String, String>>,
+        axum::extract::Query<Vec<(String, String)>>,
         axum::extract::rejection::QueryRejection,
     >,
 ) -> Response<Body> {
     if let Some(refused) = abuse_gate(&app, &headers, client) {
         return refused;
     }
+    // The first `client=` counts when it is repeated, as in the original (a map kept the last).
     let named = query
         .ok()
-        .and_then(|axum::extract::Query(mut query)| query.remove("client"))
+        .and_then(|axum::extract::Query(pairs)| {
+            pairs
+                .into_iter()
+                .find_map(|(key, value)| (key == "client").then_some(value))
+        })
         .unwrap_or_default();
     let target = match crate::abuse::BanTarget::parse(&named) {
         Ok(target) => target,

@@ -551,6 +551,31 @@ async fn the_admin_list_shows_a_ban_path_ban_and_delete_lifts_it() {
 }
 
 #[tokio::test]
+async fn a_repeated_client_in_delete_lifts_the_first_one_named() {
+    let origin = origins::fast_origin();
+    let concert = start(&origin, &["-ban-paths", "/.env"]).await;
+    get(&concert, "/.env", Some("203.0.113.10")).await;
+    get(&concert, "/.env", Some("203.0.113.13")).await;
+    let (status, body) = admin(
+        &concert,
+        reqwest::Method::DELETE,
+        "?client=203.0.113.10&client=203.0.113.13",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, json!({"unbanned": "203.0.113.10"}));
+    assert_eq!(
+        get(&concert, "/x", Some("203.0.113.10")).await.status(),
+        StatusCode::OK
+    );
+    assert_ne!(
+        get(&concert, "/x", Some("203.0.113.13")).await.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
 async fn abuse_routes_need_the_token() {
     let origin = origins::fast_origin();
     let without = concert(&["-upstream", &origin.url()]).await;
