@@ -171,6 +171,10 @@ pub struct SettingsFile {
     pub updated: String,
     #[serde(default)]
     pub settings: serde_json::Map<String, serde_json::Value>,
+    /// Keys beside `version`, `updated` and `settings`, most likely a setting put at the top level
+    /// by hand; reported at start-up, never written back.
+    #[serde(flatten, skip_serializing)]
+    pub misplaced: serde_json::Map<String, serde_json::Value>,
 }
 
 impl SettingsFile {
@@ -208,6 +212,13 @@ pub fn apply_settings_file(dir: &DataDir, config: &mut Config) -> Result<usize, 
         return Ok(0);
     };
     let file = SettingsFile::parse(&path, &bytes)?;
+    for key in file.misplaced.keys() {
+        tracing::warn!(
+            file = %path.display(),
+            key = %key,
+            "key outside \"settings\" ignored (settings belong inside the \"settings\" object)"
+        );
+    }
     let mut applied = 0;
     for (key, value) in &file.settings {
         match setting(key) {
@@ -534,5 +545,21 @@ mod tests {
         assert!(err.to_string().starts_with("/data/settings.json"), "{err}");
         assert!(SettingsFile::parse(path, br#"{"version":2}"#).is_err());
         assert!(SettingsFile::parse(path, br#"{"settings":{}}"#).is_ok());
+    }
+
+    #[test]
+    fn keys_beside_settings_are_kept_apart_and_never_written_back() {
+        let path = Path::new("/data/settings.json");
+        let file = SettingsFile::parse(
+            path,
+            br#"{"version":1,"settings":{"cap":3},"stream_cap":1}"#,
+        )
+        .unwrap();
+        assert_eq!(file.settings["cap"], 3);
+        assert_eq!(
+            file.misplaced.keys().collect::<Vec<_>>(),
+            vec!["stream_cap"]
+        );
+        assert!(!String::from_utf8_lossy(&file.render()).contains("stream_cap"));
     }
 }
