@@ -534,7 +534,9 @@ pub async fn start_on_workers(
     let stop_writers = tokio_util::sync::CancellationToken::new();
     if let Some(dir) = &data_dir {
         let report = persist::load_bans(dir, &app.abuse).map_err(StartError::Persist)?;
-        if report.clients + report.ranges > 0 || report.dropped > 0 {
+        // Skipped entries are reported even when nothing was kept: the file is rewritten without
+        // them, so this line is the only trace of what was dropped.
+        if report.clients + report.ranges + report.skipped > 0 || report.dropped > 0 {
             tracing::info!(
                 clients = report.clients,
                 ranges = report.ranges,
