@@ -332,7 +332,7 @@ fn metrics_registry(app: &App) -> prometheus_client::registry::Registry {
         ),
         (
             "live_queue_depth",
-            "Visitors holding a live ticket",
+            "Live tickets, including visitors told to come in who have not come back yet",
             room.live_queue_depth as f64,
         ),
         (
