@@ -14,6 +14,7 @@ fn settings(cap: u32) -> RoomSettings {
         max_queue: 0,
         token_ttl: Duration::from_secs(300),
         first_poll_grace: Duration::ZERO,
+        ready_grace: Duration::ZERO,
         reaper: Duration::from_secs(36),
         retry_after_secs: 5,
         pricing: None,

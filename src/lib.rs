@@ -184,6 +184,7 @@ fn same_page_inputs(a: &Config, b: &Config) -> bool {
     a.html == b.html
         && (!a.html.trim().is_empty()
             || (a.first_poll_grace == b.first_poll_grace
+                && a.ready_grace == b.ready_grace
                 && a.effective_token_ttl() == b.effective_token_ttl()))
 }
 
@@ -192,6 +193,7 @@ fn load_page(config: &Config) -> Result<WaitingPage, BuildError> {
     if path.trim().is_empty() {
         return Ok(WaitingPage::builtin_for(
             config.first_poll_grace,
+            config.ready_grace,
             config.effective_token_ttl(),
         ));
     }
@@ -208,6 +210,7 @@ pub fn room_settings(config: &Config) -> RoomSettings {
         max_queue: config.max_queue,
         token_ttl: config.effective_token_ttl(),
         first_poll_grace: config.first_poll_grace,
+        ready_grace: config.ready_grace,
         reaper: config.effective_reaper(),
         retry_after_secs: config.effective_retry_after(),
         pricing: room::Pricing::new(config.rate, config.surge),
@@ -825,13 +828,14 @@ fn warn_if_metrics_path_is_routed(generation: &Generation) {
 fn log_summary(config: &Config) {
     use config::duration::format_go_duration as go;
     tracing::info!(
-        "concert {VERSION}: {} -> {} cap={} max-queue={} ticket-ttl={} first-poll-grace={}",
+        "concert {VERSION}: {} -> {} cap={} max-queue={} ticket-ttl={} first-poll-grace={} ready-grace={}",
         config.listen,
         config.upstream,
         config.cap,
         config.max_queue,
         go(config.effective_token_ttl()),
         go(config.first_poll_grace),
+        go(config.ready_grace),
     );
 }
 

@@ -101,12 +101,15 @@ pub fn stats_json(app: &App) -> serde_json::Value {
         "utilization": room.utilization,
         "token_ttl": format_go_duration(config.effective_token_ttl()),
         "first_poll_grace": format_go_duration(config.first_poll_grace),
+        "ready_grace": format_go_duration(config.ready_grace),
         "queued_total": room.queued_total,
         "evicted_total": room.evicted_total,
         "timeouts_total": room.timeouts_total,
         "promoted_total": room.promoted_total,
         "removed_total": room.removed_total,
         "admitted_total": room.admitted_total,
+        "lapsed_total": room.lapsed_total,
+        "rejoined_total": room.rejoined_total,
         "asset_cap": assets.cap,
         "asset_in_flight": assets.in_flight,
         "asset_users": assets.users,
@@ -248,7 +251,7 @@ fn metrics_response(app: &App, format: MetricsFormat) -> Response<Body> {
 /// Every numeric key of `/_room/stats` (under a `concert_` name; levels and limits as gauges,
 /// `…_total` keys as counters), plus what only the metrics carry: requests proxied, malformed
 /// requests and open connections per worker. Text and settings (`upstream`, `token_ttl`,
-/// `first_poll_grace`, `abuse_enabled`, `priority_lane_ranks`) stay in the JSON.
+/// `first_poll_grace`, `ready_grace`, `abuse_enabled`, `priority_lane_ranks`) stay in the JSON.
 pub fn render_metrics(app: &App, format: MetricsFormat) -> Result<String, std::fmt::Error> {
     let registry = metrics_registry(app);
     let mut text = String::new();
@@ -366,6 +369,16 @@ fn metrics_registry(app: &App) -> prometheus_client::registry::Registry {
             "timeouts",
             "Visitors who left while waiting for a slot",
             room.timeouts_total,
+        ),
+        (
+            "lapsed",
+            "Visitors whose turn came while they were away; their place went to the next in line",
+            room.lapsed_total,
+        ),
+        (
+            "rejoined",
+            "Lapsed visitors who came back and were put at the front of the line",
+            room.rejoined_total,
         ),
         ("promoted", "Tickets moved forward", room.promoted_total),
         (

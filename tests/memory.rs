@@ -42,6 +42,7 @@ fn bytes_per_waiting_visitor(queued: u32) -> (f64, f64) {
         max_queue: 0,
         token_ttl: Duration::from_secs(300),
         first_poll_grace: Duration::from_secs(30),
+        ready_grace: Duration::from_secs(30),
         reaper: Duration::from_secs(36),
         retry_after_secs: 5,
         pricing: None,

@@ -19,6 +19,7 @@ const STATS_KEYS: &[&str] = &[
     "utilization",
     "token_ttl",
     "first_poll_grace",
+    "ready_grace",
     "queued_total",
     "evicted_total",
     "timeouts_total",
@@ -62,6 +63,8 @@ const STATS_SAMPLES: &[(&str, &str)] = &[
     ("promoted_total", "concert_promoted_total"),
     ("removed_total", "concert_removed_total"),
     ("admitted_total", "concert_admitted_total"),
+    ("lapsed_total", "concert_lapsed_total"),
+    ("rejoined_total", "concert_rejoined_total"),
     ("asset_cap", "concert_asset_cap"),
     ("asset_in_flight", "concert_asset_in_flight"),
     ("asset_users", "concert_asset_users"),
@@ -228,6 +231,7 @@ async fn healthz_and_stats_answer_while_full() {
     assert_eq!(stats["occupancy"], 1);
     assert_eq!(stats["token_ttl"], "5m0s");
     assert_eq!(stats["first_poll_grace"], "30s");
+    assert_eq!(stats["ready_grace"], "30s");
     assert_eq!(stats["asset_cap"], 128);
     assert_eq!(origin.hits(), 1);
 }

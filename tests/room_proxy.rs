@@ -809,3 +809,71 @@ async fn queued_through_a_trusted_proxy_is_keyed_by_the_forwarded_client() {
     assert_eq!(line.len(), 1);
     assert_eq!(line[0].info.client, Some("203.0.113.7".parse().unwrap()));
 }
+
+/// A visitor whose turn comes while they are away no longer holds the line up for the whole
+/// ticket lifetime: after the ready grace the next visitor is let in, and the one who was away
+/// gets the front of the line back when they return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visitor_away_when_their_turn_comes_does_not_stall_the_line() {
+    let (origin, concert, holder) =
+        full_room(&["-ready-grace", "10s", "-retry-after", "1", "-reaper", "5s"]).await;
+    let page = |client: &reqwest::Client| {
+        client
+            .get(url(&concert, "/page"))
+            .header(ACCEPT, HTML_ACCEPT)
+            .send()
+    };
+    let away = cookie_client();
+    let present = cookie_client();
+    assert_eq!(page(&away).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(page(&present).await.unwrap().status(), StatusCode::OK);
+    let status = json_of(present.get(url(&concert, "/queue/status"))).await;
+    assert_eq!(status["position"], 2, "{status}");
+    origin.release(1);
+    holder.await.unwrap();
+
+    // `away` never polls again. Without the ready grace `present` would wait out the 5-minute
+    // ticket lifetime; with it, the place passes on within the grace plus one reaper period.
+    let started = std::time::Instant::now();
+    let mut ready = false;
+    while started.elapsed() < Duration::from_secs(25) {
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let status = json_of(present.get(url(&concert, "/queue/status"))).await;
+        if status["ready"] == true {
+            ready = true;
+            break;
+        }
+        assert_eq!(status["position"], 1, "{status}");
+    }
+    assert!(ready, "the line stalled behind a visitor who left");
+    let entering = tokio::spawn(page(&present));
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+
+    // Back while `present` holds the only slot: first in line, with the same ticket.
+    let back = page(&away).await.unwrap();
+    assert_eq!(back.status(), StatusCode::OK);
+    assert!(set_cookies(&back, "room_ticket").len() == 1);
+    let status = json_of(away.get(url(&concert, "/queue/status"))).await;
+    assert_eq!(status["position"], 1, "{status}");
+    let stats = json_of(plain_client().get(url(&concert, "/_room/stats"))).await;
+    assert_eq!(stats["lapsed_total"], 1, "{stats}");
+    assert_eq!(stats["rejoined_total"], 1, "{stats}");
+
+    origin.release(1);
+    let served = entering.await.unwrap().unwrap();
+    assert_eq!(served.text().await.unwrap(), "ok");
+    let admitted = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+            let status = json_of(away.get(url(&concert, "/queue/status"))).await;
+            if status["ready"] == true {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(admitted.is_ok(), "the returning visitor was let in next");
+    origin.release(1);
+    let response = page(&away).await.unwrap();
+    assert_eq!(response.text().await.unwrap(), "ok");
+}

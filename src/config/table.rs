@@ -292,6 +292,12 @@ pub static SETTINGS: &[SettingDef] = &[
         label: "First poll grace",
         help: "Time a new ticket has to make its first status poll before it is dropped. 0 turns the rule off; otherwise at least twice the retry interval.",
     }),
+    setting!(ready_grace: Dur {
+        flag: "-ready-grace", env: "CONCERT_READY_GRACE", group: ROOM, restart: false,
+        check: seconds(10 * SECOND, DAY, true), default: "30s",
+        label: "Ready grace",
+        help: "Time a visitor whose turn has come may stay away before their place goes to the next in line; back within the ticket lifetime, they go to the front. 0 holds the place for the whole ticket lifetime; otherwise at least twice the retry interval.",
+    }),
     setting!(reaper: Dur {
         flag: "-reaper", env: "CONCERT_REAPER", group: ROOM, restart: false,
         check: seconds(5 * SECOND, DAY, true), default: "36s",

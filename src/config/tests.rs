@@ -74,6 +74,7 @@ fn documented_defaults() {
     assert_eq!(config.max_queue, 369);
     assert_eq!(config.reaper, Duration::from_secs(36));
     assert_eq!(config.first_poll_grace, Duration::from_secs(30));
+    assert_eq!(config.ready_grace, Duration::from_secs(30));
     assert_eq!(config.effective_token_ttl(), Duration::from_secs(300));
     assert_eq!(config.effective_asset_cap(), 434 * 128);
     assert_eq!(config.effective_priority_cap(), 108);
@@ -374,6 +375,9 @@ fn rejected_configurations() {
         &["-stream-cap", "0"],
         &["-first-poll-grace", "5s"],
         &["-first-poll-grace", "10s", "-retry-after", "6"],
+        &["-ready-grace", "5s"],
+        &["-ready-grace", "10s", "-retry-after", "6"],
+        &["-ready-grace", "25h"],
         &["-trusted-proxies", "nope"],
         &["-abuse-allow", "10.0.0.0/99"],
         &["-abuse-strikes", "0"],
@@ -753,9 +757,29 @@ fn set_json_accepts_typed_values_and_trims_strings() {
 }
 
 #[test]
+fn ready_grace_comes_from_the_flag_the_environment_or_off() {
+    let from_flag = start(&["-ready-grace", "1m"], &[]).unwrap();
+    assert_eq!(from_flag.ready_grace, Duration::from_secs(60));
+    let from_env = start(&[], &[("CONCERT_READY_GRACE", "45s")]).unwrap();
+    assert_eq!(from_env.ready_grace, Duration::from_secs(45));
+    let off = start(&["-ready-grace=0"], &[("CONCERT_READY_GRACE", "45s")]).unwrap();
+    assert_eq!(off.ready_grace, Duration::ZERO);
+    let err = start(&["-ready-grace", "5s"], &[]).unwrap_err().to_string();
+    assert!(err.contains("-ready-grace") && err.contains("5s"), "{err}");
+    let err = start(&["-ready-grace", "10s", "-retry-after", "6"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("twice -retry-after"), "{err}");
+}
+
+#[test]
 fn whole_config_rules_catch_file_values() {
     let mut config = Config::default();
     config.set_json("first_poll_grace", &json!("10s")).unwrap();
+    config.set_json("retry_after", &json!(6)).unwrap();
+    assert!(config.validate().is_err());
+    let mut config = Config::default();
+    config.set_json("ready_grace", &json!("10s")).unwrap();
     config.set_json("retry_after", &json!(6)).unwrap();
     assert!(config.validate().is_err());
     let mut config = Config::default();

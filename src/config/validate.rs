@@ -40,7 +40,13 @@ pub(super) fn validate(config: &mut Config) -> Result<(), String> {
     if config.retry_after < 1 {
         config.retry_after = 1;
     }
-    check_first_poll_grace(config)?;
+    check_grace(
+        config,
+        "first_poll_grace",
+        "-first-poll-grace",
+        config.first_poll_grace,
+    )?;
+    check_grace(config, "ready_grace", "-ready-grace", config.ready_grace)?;
     check_keys(
         config,
         &[
@@ -77,13 +83,13 @@ pub(super) fn validate(config: &mut Config) -> Result<(), String> {
     check_workers(config)
 }
 
-fn check_first_poll_grace(config: &Config) -> Result<(), String> {
-    check_key(config, "first_poll_grace")?;
-    let grace = config.first_poll_grace;
+/// A grace must leave a client polling at the retry interval two chances to be seen.
+fn check_grace(config: &Config, key: &str, flag: &str, grace: Duration) -> Result<(), String> {
+    check_key(config, key)?;
     let minimum = Duration::from_secs(2 * u64::from(config.retry_after));
     if !grace.is_zero() && grace < minimum {
         return Err(format!(
-            "invalid value {:?} for -first-poll-grace: must be 0 or at least twice -retry-after ({})",
+            "invalid value {:?} for {flag}: must be 0 or at least twice -retry-after ({})",
             format_go_duration(grace),
             format_go_duration(minimum)
         ));

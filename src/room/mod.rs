@@ -89,6 +89,9 @@ pub struct RoomSettings {
     pub token_ttl: Duration,
     /// 0 = off.
     pub first_poll_grace: Duration,
+    /// How long a visitor whose turn has come may go unseen before their place in the window
+    /// passes to the next in line. 0 = off: the place is held until the token lifetime ends.
+    pub ready_grace: Duration,
     pub reaper: Duration,
     pub retry_after_secs: u32,
     pub pricing: Option<Pricing>,
@@ -101,6 +104,7 @@ impl Default for RoomSettings {
             max_queue: 369,
             token_ttl: DEFAULT_TOKEN_TTL,
             first_poll_grace: Duration::from_secs(30),
+            ready_grace: Duration::from_secs(30),
             reaper: Duration::from_secs(36),
             retry_after_secs: 5,
             pricing: None,
@@ -131,18 +135,21 @@ impl RoomSettings {
         duration_ms(self.first_poll_grace)
     }
 
+    fn ready_grace_ms(&self) -> u64 {
+        duration_ms(self.ready_grace)
+    }
+
     /// How long a ready visitor may wait for a page slot before being sent back to the line.
     pub fn slot_wait(&self) -> Duration {
         MIN_SLOT_WAIT.max(Duration::from_secs(2 * u64::from(self.retry_after_secs)))
     }
 
-    /// Reaper period: min(reaper, grace when grace is on).
+    /// Reaper period: min(reaper, each grace that is on).
     pub fn reaper_period(&self) -> Duration {
-        if self.first_poll_grace.is_zero() {
-            self.reaper
-        } else {
-            self.reaper.min(self.first_poll_grace)
-        }
+        [self.first_poll_grace, self.ready_grace]
+            .into_iter()
+            .filter(|grace| !grace.is_zero())
+            .fold(self.reaper, Duration::min)
     }
 }
 
@@ -245,6 +252,10 @@ pub struct RoomStats {
     pub promoted_total: u64,
     pub removed_total: u64,
     pub admitted_total: u64,
+    /// Ready visitors who stayed away past the ready grace; their place went to the next in line.
+    pub lapsed_total: u64,
+    /// Lapsed visitors who came back and were put at the front of the line.
+    pub rejoined_total: u64,
     /// Line counters, for diagnostics: issued = now_serving + ghosts + live + in flight.
     pub issued: u64,
     pub now_serving: u64,
@@ -271,6 +282,8 @@ struct Counters {
     promoted: AtomicU64,
     removed: AtomicU64,
     admitted: AtomicU64,
+    lapsed: AtomicU64,
+    rejoined: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64, by: u64) {
@@ -304,6 +317,9 @@ struct Shared {
     tokens: TokenStore,
     /// VIP `room_pass` tokens → expiry (room clock ms).
     passes: Mutex<HashMap<Box<str>, u64>>,
+    /// Visitors whose turn came while they were away, kept until their token lifetime ends so
+    /// they can take the front of the line when they come back. Taken after any other lock.
+    lapsed: Mutex<HashMap<TokenId, Entry>>,
     gate: Arc<Gate>,
     counters: Counters,
     hook: RwLock<Option<QueueHook>>,
@@ -457,7 +473,9 @@ impl Shared {
         settings: &RoomSettings,
     ) -> Option<Decision> {
         let mut shard = self.tokens.lock_for(&token);
-        let mut entry = shard.get(&token).copied()?;
+        let Some(mut entry) = shard.get(&token).copied() else {
+            return self.rejoin(shard, token, has_pass, now, settings);
+        };
         if now.saturating_sub(entry.last_seen()) > settings.ttl_ms() {
             shard.remove(&token);
             self.tokens.note_removed(&entry);
@@ -495,6 +513,56 @@ impl Shared {
         let estimate = core.meter.estimate(now, position);
         drop(core);
         shard.insert(token, entry);
+        Some(Decision::Wait(Waiting {
+            token: token_hex(&token),
+            position,
+            estimate,
+        }))
+    }
+
+    /// A visitor whose turn came and went while they were away (see the reaper) is back: they
+    /// take the front of the line, or enter at once if the window has room. `None` when the
+    /// token is not a lapsed one, or its lifetime has ended: they arrive as anyone new does.
+    fn rejoin(
+        self: &Arc<Self>,
+        mut shard: parking_lot::MutexGuard<'_, tokens::Shard>,
+        token: TokenId,
+        has_pass: bool,
+        now: u64,
+        settings: &RoomSettings,
+    ) -> Option<Decision> {
+        let mut entry = self.lapsed.lock().remove(&token)?;
+        if now.saturating_sub(entry.last_seen()) > settings.ttl_ms() {
+            return None;
+        }
+        entry.set_last_seen(now);
+        entry.set_cookie_set_at(now);
+        entry.set(SEEN, true);
+        entry.set(HAS_PASS, has_pass);
+        entry.set(tokens::REFRESH_DUE, false);
+        bump(&self.counters.rejoined, 1);
+        let mut core = self.core.lock();
+        entry.key = core.line.issue();
+        if core.line.is_ready(entry.key) {
+            drop(core);
+            return Some(Decision::Admit(Admission {
+                shared: Arc::clone(self),
+                key: entry.key,
+                restore: Some((token, entry)),
+                client: entry.client,
+                armed: true,
+            }));
+        }
+        // Already at the front, or no ordering room left there (a long run of promotions to
+        // one place): the visitor keeps the new place at the back rather than being refused.
+        if let Ok(Some(front)) = core.line.promote(entry.key, 1) {
+            entry.key = front;
+        }
+        let position = core.position(entry.key);
+        let estimate = core.meter.estimate(now, position);
+        drop(core);
+        shard.insert(token, entry);
+        self.tokens.note_added(&token, &entry);
         Some(Decision::Wait(Waiting {
             token: token_hex(&token),
             position,
@@ -717,6 +785,7 @@ impl Room {
             }),
             tokens: TokenStore::new(),
             passes: Mutex::new(HashMap::new()),
+            lapsed: Mutex::new(HashMap::new()),
             gate: Gate::new(cap as usize),
             counters: Counters::default(),
             hook: RwLock::new(None),
@@ -789,7 +858,13 @@ impl Room {
         let shared = &self.shared;
         let mut shard = shared.tokens.lock_for(&token);
         let Some(entry) = shard.remove(&token) else {
-            return false;
+            drop(shard);
+            // A lapsed visitor holds no place, only a claim on the front; removal drops it.
+            let removed = shared.lapsed.lock().remove(&token).is_some();
+            if removed {
+                bump(&shared.counters.removed, 1);
+            }
+            return removed;
         };
         shared.tokens.note_removed(&entry);
         let now = shared.now_ms();
@@ -815,7 +890,12 @@ impl Room {
     fn remove_matching(&self, matches: impl Fn(&TokenId, &Entry) -> bool) -> usize {
         let shared = &self.shared;
         let mut removed_keys: Vec<Key> = Vec::new();
-        let mut total = 0usize;
+        let mut total = {
+            let mut lapsed = shared.lapsed.lock();
+            let before = lapsed.len();
+            lapsed.retain(|token, entry| !matches(token, entry));
+            before - lapsed.len()
+        };
         for index in 0..tokens::SHARD_COUNT {
             let mut shard = shared.tokens.lock_shard(index);
             shard.retain(|token, entry| {
@@ -954,6 +1034,8 @@ impl Room {
             promoted_total: load(&counters.promoted),
             removed_total: load(&counters.removed),
             admitted_total: load(&counters.admitted),
+            lapsed_total: load(&counters.lapsed),
+            rejoined_total: load(&counters.rejoined),
             issued: core.line.issued(),
             now_serving: core.line.now_serving(),
             ghosts: core.line.ghost_count(),

@@ -87,13 +87,21 @@ impl WaitingPage {
     /// The page compiled into the binary, for the room's default grace and token lifetime.
     pub fn builtin() -> WaitingPage {
         let defaults = super::RoomSettings::default();
-        WaitingPage::builtin_for(defaults.first_poll_grace, defaults.token_ttl)
+        WaitingPage::builtin_for(
+            defaults.first_poll_grace,
+            defaults.ready_grace,
+            defaults.token_ttl,
+        )
     }
 
     /// The page compiled into the binary for these room settings: without JavaScript it
     /// reloads itself every [`no_script_reload`] seconds, and says so.
-    pub fn builtin_for(first_poll_grace: Duration, token_ttl: Duration) -> WaitingPage {
-        let every = no_script_reload(first_poll_grace, token_ttl).as_secs();
+    pub fn builtin_for(
+        first_poll_grace: Duration,
+        ready_grace: Duration,
+        token_ttl: Duration,
+    ) -> WaitingPage {
+        let every = no_script_reload(first_poll_grace, ready_grace, token_ttl).as_secs();
         let source = BUILTIN_TEMPLATE.replace(RELOAD_PLACEHOLDER, &every.to_string());
         WaitingPage::parse(Cow::Owned(source), PositionStyle::Padded)
     }
@@ -198,16 +206,21 @@ impl WaitingPage {
 
 /// How often a visitor without JavaScript must reload the built-in page to keep their place.
 ///
-/// A reload with the ticket cookie counts as being seen, both for the first-poll grace and for
-/// the token lifetime, but only if it lands in time: the first one before the grace runs out
-/// (or the lifetime, with the grace off), later ones within the lifetime. Half the tighter
-/// deadline leaves room for a slow page load; whole seconds, at least 1, at most a minute.
-pub fn no_script_reload(first_poll_grace: Duration, token_ttl: Duration) -> Duration {
-    let deadline = if first_poll_grace.is_zero() {
-        token_ttl
-    } else {
-        first_poll_grace.min(token_ttl)
-    };
+/// A reload with the ticket cookie counts as being seen, for the first-poll grace, the ready
+/// grace and the token lifetime alike, but only if it lands in time: the first one before the
+/// first-poll grace runs out, later ones within the lifetime, and once the visitor's turn has
+/// come, within the ready grace (a visitor who keeps missing it would lapse and rejoin at the
+/// front without ever getting in). Half the tightest deadline that is on leaves room for a slow
+/// page load; whole seconds, at least 1, at most a minute.
+pub fn no_script_reload(
+    first_poll_grace: Duration,
+    ready_grace: Duration,
+    token_ttl: Duration,
+) -> Duration {
+    let deadline = [first_poll_grace, ready_grace]
+        .into_iter()
+        .filter(|grace| !grace.is_zero())
+        .fold(token_ttl, Duration::min);
     let half = Duration::from_secs(deadline.as_secs() / 2);
     half.clamp(Duration::from_secs(1), MAX_RELOAD)
 }
@@ -345,19 +358,27 @@ mod tests {
     }
 
     #[test]
-    fn no_script_reload_beats_the_grace_and_the_lifetime() {
+    fn no_script_reload_beats_both_graces_and_the_lifetime() {
         let secs = Duration::from_secs;
-        assert_eq!(no_script_reload(secs(30), secs(300)), secs(15));
-        assert_eq!(no_script_reload(secs(2), secs(300)), secs(1));
-        assert_eq!(no_script_reload(secs(45), secs(20)), secs(10));
-        assert_eq!(no_script_reload(Duration::ZERO, secs(300)), MAX_RELOAD);
-        assert_eq!(no_script_reload(Duration::ZERO, secs(30)), secs(15));
-        assert_eq!(no_script_reload(secs(3), secs(1)), secs(1));
+        let off = Duration::ZERO;
+        assert_eq!(no_script_reload(secs(30), off, secs(300)), secs(15));
+        assert_eq!(no_script_reload(secs(2), off, secs(300)), secs(1));
+        assert_eq!(no_script_reload(secs(45), off, secs(20)), secs(10));
+        assert_eq!(no_script_reload(off, off, secs(300)), MAX_RELOAD);
+        assert_eq!(no_script_reload(off, off, secs(30)), secs(15));
+        assert_eq!(no_script_reload(secs(3), off, secs(1)), secs(1));
+        assert_eq!(no_script_reload(secs(60), secs(20), secs(300)), secs(10));
+        assert_eq!(no_script_reload(off, secs(30), secs(300)), secs(15));
+        assert_eq!(no_script_reload(secs(10), secs(30), secs(300)), secs(5));
     }
 
     #[test]
     fn builtin_page_without_script_reloads_itself_before_the_grace_ends() {
-        let page = WaitingPage::builtin_for(Duration::from_secs(8), Duration::from_secs(300));
+        let page = WaitingPage::builtin_for(
+            Duration::from_secs(8),
+            Duration::ZERO,
+            Duration::from_secs(300),
+        );
         let rendered = page.render(3, "");
         let noscript_meta = r#"<noscript><meta http-equiv="refresh" content="4"></noscript>"#;
         assert!(

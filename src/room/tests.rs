@@ -12,6 +12,7 @@ fn settings(cap: u32) -> RoomSettings {
         max_queue: 0,
         token_ttl: TTL,
         first_poll_grace: Duration::ZERO,
+        ready_grace: Duration::ZERO,
         reaper: Duration::from_secs(36),
         retry_after_secs: 5,
         pricing: None,
@@ -926,6 +927,168 @@ async fn shrinking_cap_with_holders_never_over_admits() {
     assert_accounting(&room, 1);
 }
 
+/// Cap 1 and a ready grace of 20 s within a 5-minute ticket lifetime.
+fn lapsing(cap: u32) -> RoomSettings {
+    RoomSettings {
+        token_ttl: Duration::from_secs(300),
+        ready_grace: Duration::from_secs(20),
+        ..settings(cap)
+    }
+}
+
+/// Polls `token` every 3 s for `seconds`, reaping as the reaper would; the last outcome.
+async fn keep_polling(room: &Room, token: &str, seconds: u64) -> PollOutcome {
+    let mut last = room.poll(Some(token));
+    for _ in 0..seconds / 3 {
+        advance(Duration::from_secs(3)).await;
+        room.reap_now();
+        last = room.poll(Some(token));
+    }
+    last
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ready_visitor_who_stays_away_passes_their_place_on_after_the_ready_grace() {
+    for (ready_grace, lapses) in [(Duration::from_secs(20), true), (Duration::ZERO, false)] {
+        let room = Room::new(RoomSettings {
+            ready_grace,
+            ..lapsing(1)
+        });
+        let held = enter(&room).await;
+        let away = waiting(room.arrive(Arrival::default()));
+        let present = waiting(room.arrive(Arrival::default()));
+        assert_eq!(position(room.poll(Some(&away.token))), 1);
+        assert_eq!(position(room.poll(Some(&present.token))), 2);
+        drop(held);
+        // `away` is ready but never comes back; `present` keeps polling.
+        let outcome = keep_polling(&room, &present.token, 30).await;
+        let stats = room.stats();
+        if lapses {
+            assert_eq!(outcome, PollOutcome::Ready, "the place passed on");
+            assert_eq!((stats.lapsed_total, stats.evicted_total), (1, 0));
+        } else {
+            assert_eq!(position(outcome), 1, "held until the ticket lifetime ends");
+            assert_eq!(stats.lapsed_total, 0);
+        }
+        assert_accounting(&room, 0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ready_visitor_who_keeps_polling_never_lapses() {
+    let room = Room::new(lapsing(1));
+    let held = enter(&room).await;
+    let visitor = waiting(room.arrive(Arrival::default()));
+    let behind = waiting(room.arrive(Arrival::default()));
+    drop(held);
+    // A slow reload: the page keeps hearing `ready` for a minute before it comes back.
+    assert_eq!(
+        keep_polling(&room, &visitor.token, 60).await,
+        PollOutcome::Ready
+    );
+    assert_eq!(room.stats().lapsed_total, 0);
+    let _slot = slot(&room, room.arrive(with_ticket(&visitor.token))).await;
+    assert_eq!(position(room.poll(Some(&behind.token))), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_visitor_who_comes_back_goes_to_the_front() {
+    let room = Room::new(lapsing(1));
+    let held = enter(&room).await;
+    let away = waiting(room.arrive(Arrival::default()));
+    let next = waiting(room.arrive(Arrival::default()));
+    let last = waiting(room.arrive(Arrival::default()));
+    drop(held);
+    advance(Duration::from_secs(18)).await;
+    assert_eq!(position(room.poll(Some(&next.token))), 1);
+    assert_eq!(position(room.poll(Some(&last.token))), 2);
+    advance(Duration::from_secs(3)).await;
+    assert_eq!(room.reap_now(), 1);
+    // `next` got the place and is inside; `last` is first in line.
+    let inside = slot(&room, room.arrive(with_ticket(&next.token))).await;
+    assert_eq!(position(room.poll(Some(&last.token))), 1);
+    // A lapsed ticket is unknown to the status poll, so the page reloads into the room.
+    assert_eq!(room.poll(Some(&away.token)), PollOutcome::Ready);
+    let back = waiting(room.arrive(with_ticket(&away.token)));
+    assert_eq!(back.token, away.token, "same ticket cookie");
+    assert_eq!(back.position, 1);
+    advance(Duration::from_secs(2)).await;
+    assert_eq!(position(room.poll(Some(&last.token))), 2);
+    let stats = room.stats();
+    assert_eq!((stats.lapsed_total, stats.rejoined_total), (1, 1));
+    assert_accounting(&room, 1);
+    drop(inside);
+    assert_eq!(room.poll(Some(&away.token)), PollOutcome::Ready);
+    assert_eq!(position(room.poll(Some(&last.token))), 1);
+    let _slot = slot(&room, room.arrive(with_ticket(&away.token))).await;
+    assert_accounting(&room, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_visitor_enters_at_once_when_the_window_has_room() {
+    let room = Room::new(lapsing(1));
+    let held = enter(&room).await;
+    let away = waiting(room.arrive(Arrival::default()));
+    drop(held);
+    advance(Duration::from_secs(21)).await;
+    assert_eq!(room.reap_now(), 1);
+    assert_eq!(room.stats().live_queue_depth, 0);
+    let _slot = slot(&room, room.arrive(with_ticket(&away.token))).await;
+    assert_eq!(room.stats().rejoined_total, 1);
+    assert_accounting(&room, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_claim_ends_with_the_ticket_lifetime_or_a_removal() {
+    for removed in [false, true] {
+        let room = Room::new(lapsing(1));
+        let held = enter(&room).await;
+        let away = waiting(room.arrive(Arrival::default()));
+        let behind = waiting(room.arrive(Arrival::default()));
+        drop(held);
+        advance(Duration::from_secs(18)).await;
+        room.poll(Some(&behind.token));
+        advance(Duration::from_secs(3)).await;
+        assert_eq!(room.reap_now(), 1);
+        let _inside = slot(&room, room.arrive(with_ticket(&behind.token))).await;
+        let other = waiting(room.arrive(Arrival::default()));
+        if removed {
+            assert!(room.remove_token(&away.token));
+            assert!(!room.remove_token(&away.token), "removed once");
+        } else {
+            advance(Duration::from_secs(301)).await;
+            room.reap_now();
+            // The reaper dropped the claim along with the expired `other` ticket.
+            assert_eq!(room.stats().live_queue_depth, 0);
+        }
+        let back = waiting(room.arrive(with_ticket(&away.token)));
+        assert_ne!(back.token, away.token, "a new ticket");
+        let expected_position = if removed { 2 } else { 1 };
+        assert_eq!(back.position, expected_position, "at the back: {other:?}");
+        assert_eq!(room.stats().rejoined_total, 0);
+        assert_accounting(&room, 1);
+    }
+}
+
+#[test]
+fn the_reaper_runs_as_often_as_the_tightest_grace() {
+    let secs = Duration::from_secs;
+    let with = |first_poll_grace, ready_grace| RoomSettings {
+        first_poll_grace,
+        ready_grace,
+        reaper: secs(36),
+        ..RoomSettings::default()
+    };
+    assert_eq!(
+        with(Duration::ZERO, Duration::ZERO).reaper_period(),
+        secs(36)
+    );
+    assert_eq!(with(secs(30), Duration::ZERO).reaper_period(), secs(30));
+    assert_eq!(with(Duration::ZERO, secs(20)).reaper_period(), secs(20));
+    assert_eq!(with(secs(30), secs(20)).reaper_period(), secs(20));
+    assert_eq!(with(secs(60), secs(60)).reaper_period(), secs(36));
+}
+
 mod properties {
     use super::*;
     use proptest::prelude::*;
@@ -957,6 +1120,7 @@ mod properties {
         RoomSettings {
             max_queue,
             first_poll_grace: Duration::from_secs(10),
+            ready_grace: Duration::from_secs(10),
             ..settings(cap)
         }
     }
