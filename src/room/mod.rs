@@ -488,13 +488,7 @@ impl Shared {
             // Claim: whoever removes the token first (us, the reaper, a removal) owns its ending.
             shard.remove(&token);
             self.tokens.note_removed(&entry);
-            return Some(Decision::Admit(Admission {
-                shared: Arc::clone(self),
-                key: entry.key,
-                restore: Some((token, entry)),
-                client: entry.client,
-                armed: true,
-            }));
+            return Some(self.admit_claimed(token, entry));
         }
         if has_pass {
             self.promote_vip(&mut core, &mut entry);
@@ -518,6 +512,18 @@ impl Shared {
             position,
             estimate,
         }))
+    }
+
+    /// Admits a visitor whose ticket was claimed (taken out of the store); if no slot frees in
+    /// time they go back in line under the same token and place.
+    fn admit_claimed(self: &Arc<Self>, token: TokenId, entry: Entry) -> Decision {
+        Decision::Admit(Admission {
+            shared: Arc::clone(self),
+            key: entry.key,
+            restore: Some((token, entry)),
+            client: entry.client,
+            armed: true,
+        })
     }
 
     /// A visitor whose turn came and went while they were away (see the reaper) is back: they
@@ -545,13 +551,7 @@ impl Shared {
         entry.key = core.line.issue();
         if core.line.is_ready(entry.key) {
             drop(core);
-            return Some(Decision::Admit(Admission {
-                shared: Arc::clone(self),
-                key: entry.key,
-                restore: Some((token, entry)),
-                client: entry.client,
-                armed: true,
-            }));
+            return Some(self.admit_claimed(token, entry));
         }
         // Already at the front, or no ordering room left there (a long run of promotions to
         // one place): the visitor keeps the new place at the back rather than being refused.
