@@ -830,13 +830,18 @@ fn log_summary(config: &Config) {
     tracing::info!(
         "concert {VERSION}: {} -> {} cap={} max-queue={} ticket-ttl={} first-poll-grace={} ready-grace={}",
         config.listen,
-        config.upstream,
+        config.upstream_shown(),
         config.cap,
         config.max_queue,
         go(config.effective_token_ttl()),
         go(config.first_poll_grace),
         go(config.ready_grace),
     );
+    if config.upstream_has_userinfo() {
+        tracing::warn!(
+            "-upstream carries a user name or password, which is never sent to the origin (nor shown in /_room/stats)"
+        );
+    }
 }
 
 /// SIGHUP (`systemctl reload`): re-read settings.json and apply it when valid; otherwise keep the

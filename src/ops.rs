@@ -92,7 +92,7 @@ pub fn stats_json(app: &App) -> serde_json::Value {
     let priority = &app.priority.counters;
     let count = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     let mut stats = json!({
-        "upstream": config.upstream,
+        "upstream": config.upstream_shown(),
         "cap": room.cap,
         "occupancy": room.occupancy,
         "queue_depth": room.queue_depth,

@@ -1386,3 +1386,18 @@ async fn http2_header_blocks_over_the_size_limit_get_431() {
     );
     assert_eq!(origin.hits(), 0);
 }
+
+/// Credentials in `-upstream` are neither published by the public stats nor sent to the origin.
+#[tokio::test]
+async fn upstream_credentials_stay_out_of_stats_and_requests() {
+    let origin = origins::echo_origin();
+    let addr = origin.addr();
+    let upstream = format!("http://admin:s3cret@{addr}");
+    let concert = concert(&["-upstream", upstream.as_str()]).await;
+    let stats = json_of(plain_client().get(url(&concert, "/_room/stats"))).await;
+    assert_eq!(stats["upstream"], format!("http://{addr}"));
+    let echoed = json_of(plain_client().get(url(&concert, "/page"))).await;
+    let headers = echoed["headers"].as_object().unwrap();
+    assert!(!headers.contains_key("authorization"), "{echoed}");
+    assert!(!echoed.to_string().contains("s3cret"), "{echoed}");
+}

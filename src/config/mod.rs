@@ -421,6 +421,17 @@ impl Config {
             .map_err(|reason| format!("invalid value {:?} for -upstream: {reason}", self.upstream))
     }
 
+    /// `-upstream` as it may be shown (stats, logs): any `user:password@` is cut out. The proxy
+    /// never sends those credentials to the origin, and `/_room/stats` answers anyone.
+    pub fn upstream_shown(&self) -> String {
+        without_userinfo(&self.upstream)
+    }
+
+    /// Whether `-upstream` carries credentials, which the proxy does not use.
+    pub fn upstream_has_userinfo(&self) -> bool {
+        without_userinfo(&self.upstream) != self.upstream
+    }
+
     /// True when the portal gets a listener: a pass and an address are both set.
     pub fn portal_listens(&self) -> bool {
         !self.portal_pass.is_empty() && !self.portal_listen.is_empty()
@@ -438,6 +449,18 @@ impl Config {
 
     pub fn ban_path_matcher(&self) -> BanPathMatcher {
         BanPathMatcher::new(&self.ban_paths)
+    }
+}
+
+/// `scheme://user:password@host/...` → `scheme://host/...`; other text is returned as it is.
+fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
     }
 }
 

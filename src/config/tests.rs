@@ -863,3 +863,27 @@ proptest! {
         let _ = load(&[], &vars);
     }
 }
+
+#[test]
+fn upstream_credentials_are_never_shown() {
+    let shown = |upstream: &str| {
+        let config = start(&["-upstream", upstream], &[]).unwrap();
+        (config.upstream_shown(), config.upstream_has_userinfo())
+    };
+    assert_eq!(
+        shown("http://admin:s3cret@origin.internal:9000/app?x=1"),
+        ("http://origin.internal:9000/app?x=1".to_string(), true)
+    );
+    assert_eq!(
+        shown("https://token@[2001:db8::1]:8443"),
+        ("https://[2001:db8::1]:8443".to_string(), true)
+    );
+    assert_eq!(
+        shown("http://origin.internal:9000/path@v2"),
+        ("http://origin.internal:9000/path@v2".to_string(), false)
+    );
+    assert_eq!(
+        shown("http://127.0.0.1:8080"),
+        ("http://127.0.0.1:8080".to_string(), false)
+    );
+}
