@@ -135,11 +135,34 @@ fn ban_pass_over_the_line(c: &mut Criterion) {
     group.finish();
 }
 
+/// One reaper pass over a long line in which nobody is due: the cost the ready grace's short
+/// reaper period (5 s by default) adds.
+fn reaper_pass_over_the_line(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("room/reaper_pass");
+    group.sample_size(10);
+    for queued in [100_000usize, 1_000_000] {
+        let (room, _tokens, _slot) = long_line(&runtime, queued);
+        room.reconfigure(RoomSettings {
+            ready_grace: Duration::from_secs(30),
+            ..settings(1)
+        });
+        group.bench_with_input(BenchmarkId::from_parameter(queued), &queued, |b, _| {
+            b.iter(|| black_box(room.reap_now()))
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     admission_and_release,
     position_lookup,
     queue_status_answer,
-    ban_pass_over_the_line
+    ban_pass_over_the_line,
+    reaper_pass_over_the_line
 );
 criterion_main!(benches);

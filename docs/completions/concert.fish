@@ -3,7 +3,7 @@ complete -c concert -l max-queue -d 'Most visitors allowed to wait; newcomers be
 complete -c concert -l token-ttl -d 'How long a waiting ticket survives without a poll. 0 uses the room default of 5m. [default: 0s] [env: CONCERT_TOKEN_TTL]' -r
 complete -c concert -l first-poll-grace -d 'Time a new ticket has to make its first status poll before it is dropped. 0 turns the rule off; otherwise at least twice the retry interval. [default: 30s] [env: CONCERT_FIRST_POLL_GRACE]' -r
 complete -c concert -l ready-grace -d 'Time a visitor whose turn has come may stay away before their place goes to the next in line; back within the ticket lifetime, they go to the front. 0 holds the place for the whole ticket lifetime; otherwise at least twice the retry interval. [default: 30s] [env: CONCERT_READY_GRACE]' -r
-complete -c concert -l reaper -d 'How often abandoned tickets are cleared. 0 uses the room default of 5m. [default: 36s] [env: CONCERT_REAPER]' -r
+complete -c concert -l reaper -d 'How often abandoned tickets are cleared. 0 uses the room default of 5m. It runs more often when a grace needs it: every first-poll grace, and every sixth of the ready grace (at least 5s). [default: 36s] [env: CONCERT_REAPER]' -r
 complete -c concert -l retry-after -d 'Retry-After sent to waiting clients and the page\'s poll interval. 0 becomes 1. [default: 5] [env: CONCERT_RETRY_AFTER]' -r
 complete -c concert -l api-json -d 'Clients that do not accept HTML get a 429 JSON answer instead of the waiting page. [default: true] [env: CONCERT_API_JSON]' -r
 complete -c concert -l html -d 'HTML file used as the waiting page. Empty uses the built-in page. [default: ""] [env: CONCERT_HTML_FILE]' -r

@@ -302,7 +302,7 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-reaper", env: "CONCERT_REAPER", group: ROOM, restart: false,
         check: seconds(5 * SECOND, DAY, true), default: "36s",
         label: "Reaper interval",
-        help: "How often abandoned tickets are cleared. 0 uses the room default of 5m.",
+        help: "How often abandoned tickets are cleared. 0 uses the room default of 5m. It runs more often when a grace needs it: every first-poll grace, and every sixth of the ready grace (at least 5s).",
     }),
     setting!(retry_after: U32 {
         flag: "-retry-after", env: "CONCERT_RETRY_AFTER", group: ROOM, restart: false,
