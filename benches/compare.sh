@@ -61,11 +61,12 @@ install_missing
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 
-cargo build --release --locked --quiet
+# Concert as `make build` ships it (profile dist); the helpers need no more than release.
+cargo build --profile dist --locked --quiet --bin concert
 cargo build --release --locked --quiet --example loadgen --example relay
 LOADGEN=target/release/examples/loadgen
 RELAY=target/release/examples/relay
-CONCERT=target/release/concert
+CONCERT=target/dist/concert
 
 work=$(mktemp -d)
 pids=()

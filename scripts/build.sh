@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the release binaries into bin/:
+# Builds the release binaries into bin/ (cargo profile `dist`: release with whole-program LTO):
 #   bin/concert-linux-amd64  fully static (musl when its Rust target and musl-gcc exist, otherwise
 #                            glibc linked statically with crt-static)
 #   bin/concert-linux-arm64  the same for arm64, when a cross linker and the Rust target exist
@@ -35,8 +35,8 @@ build_static() {
   local triple=$1
   shift
   env "$@" RUSTFLAGS="${RUSTFLAGS:-} $(static_rustflags)" \
-    "$CARGO" build --release --locked --bin concert --target "$triple" >&2
-  printf 'target/%s/release/concert' "$triple"
+    "$CARGO" build --profile dist --locked --bin concert --target "$triple" >&2
+  printf 'target/%s/dist/concert' "$triple"
 }
 
 amd64_built=""
@@ -102,8 +102,8 @@ if [ -n "$amd64_built" ] && [ "${host%%-*}" = x86_64 ]; then
   cp bin/concert-linux-amd64 bin/concert
   note "bin/concert (host $host: the static amd64 build)"
 else
-  "$CARGO" build --release --locked --bin concert
-  cp target/release/concert bin/concert
+  "$CARGO" build --profile dist --locked --bin concert
+  cp target/dist/concert bin/concert
   note "bin/concert (host $host)"
 fi
 
