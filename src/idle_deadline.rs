@@ -9,9 +9,12 @@
 //! any number of connections (each a descriptor and a task).
 //!
 //! [`IdleDeadline`] wraps the connection's stream and fails its reads once the limit passes
-//! before the first request, or after the last HTTP/2 stream ended with no new one. The checks
-//! live in the read path hyper polls anyway, so a busy HTTP/1 connection pays one atomic load
-//! per read and no timer at all.
+//! before the first request. An HTTP/2 connection whose last stream ended that long ago is first
+//! asked to close politely ([`ConnectionActivity::close_requested`]: the connection task
+//! then sends GOAWAY, so a client about to reuse the connection knows which of its requests were
+//! not taken and can send them again); its reads fail only if it is still open
+//! [`GOAWAY_GRACE`] later. The checks live in the read path hyper polls anyway, so a busy
+//! HTTP/1 connection pays one atomic load per read and no timer at all.
 
 use std::future::Future;
 use std::io;
@@ -25,6 +28,10 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+/// How long an idle HTTP/2 connection asked to close with GOAWAY has to finish the exchange
+/// (the client acknowledges with a ping) before its reads fail.
+pub(crate) const GOAWAY_GRACE: Duration = Duration::from_secs(5);
+
 /// What the service has seen of one connection's requests, shared with its stream's reads.
 #[derive(Debug)]
 pub(crate) struct ConnectionActivity {
@@ -37,6 +44,8 @@ pub(crate) struct ConnectionActivity {
     since: Instant,
     /// The connection's reader, woken when its last stream ends so it arms the idle deadline.
     reader: futures_util::task::AtomicWaker,
+    /// An idle HTTP/2 connection has been asked to close with GOAWAY.
+    close_requested: AtomicBool,
 }
 
 impl Default for ConnectionActivity {
@@ -48,6 +57,7 @@ impl Default for ConnectionActivity {
             quiet_from_ms: AtomicU64::new(0),
             since: Instant::now(),
             reader: futures_util::task::AtomicWaker::new(),
+            close_requested: AtomicBool::new(false),
         }
     }
 }
@@ -69,21 +79,39 @@ impl ConnectionActivity {
         OpenStream(Arc::clone(self))
     }
 
-    /// When the connection's reads fail: `limit` after it opened while no request has come,
-    /// `limit` after its last stream ended while an HTTP/2 connection has none open; `None`
-    /// otherwise. The flag says whether the reader must stay registered for stream endings.
-    fn deadline(&self, limit: Duration) -> (Option<Instant>, bool) {
+    /// Whether an idle HTTP/2 connection should be closed with GOAWAY. Set from within the
+    /// connection's own reads, so the task polling the connection sees it right after that poll
+    /// without being woken.
+    pub(crate) fn close_requested(&self) -> bool {
+        self.close_requested.load(Ordering::Relaxed)
+    }
+
+    /// What the connection's reads wait for. `None`: no deadline; `Close`: `limit` after the
+    /// last stream of an HTTP/2 connection ended, the polite close is due; `Fail`: reads fail,
+    /// `limit` after opening while no request has come, or [`GOAWAY_GRACE`] after a polite
+    /// close was asked. The flag says whether the reader must stay registered for stream
+    /// endings.
+    fn deadline(&self, limit: Duration) -> (Deadline, bool) {
         if !self.first_arrived.load(Ordering::Relaxed) {
-            return (Some(self.since + limit), true);
+            return (Deadline::Fail(self.since + limit), true);
         }
         if !self.multiplexed.load(Ordering::Relaxed) {
-            return (None, false);
+            return (Deadline::None, false);
         }
         if self.open_streams.load(Ordering::Acquire) > 0 {
-            return (None, true);
+            return (Deadline::None, true);
         }
         let quiet_from = Duration::from_millis(self.quiet_from_ms.load(Ordering::Relaxed));
-        (Some(self.since + quiet_from + limit), true)
+        let idle_at = self.since + quiet_from + limit;
+        if self.close_requested.load(Ordering::Relaxed) {
+            (Deadline::Fail(idle_at + GOAWAY_GRACE), true)
+        } else {
+            (Deadline::Close(idle_at), true)
+        }
+    }
+
+    fn request_close(&self) {
+        self.close_requested.store(true, Ordering::Relaxed);
     }
 
     fn stream_closed(&self) {
@@ -94,6 +122,14 @@ impl ConnectionActivity {
             self.reader.wake();
         }
     }
+}
+
+/// See [`ConnectionActivity::deadline`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    None,
+    Close(Instant),
+    Fail(Instant),
 }
 
 /// One open HTTP/2 stream; dropping it (response finished, or the stream abandoned) closes it.
@@ -160,16 +196,33 @@ impl<T> IdleDeadline<T> {
         }
     }
 
-    /// Whether the deadline has passed; arms, moves or drops the timer as the activity says.
+    /// Whether reads must fail now; asks for the polite close when that is due, and arms,
+    /// moves or drops the timer as the activity says.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         let (deadline, watch_streams) = self.activity.deadline(self.limit);
         if watch_streams {
             self.activity.reader.register(cx.waker());
         }
-        let Some(deadline) = deadline else {
-            self.timer = None;
-            return false;
+        let deadline = match deadline {
+            Deadline::None => {
+                self.timer = None;
+                return false;
+            }
+            Deadline::Close(at) => {
+                if self.wait_until(at, cx) {
+                    self.activity.request_close();
+                    // Arms the timer for the failing deadline that follows.
+                    return self.expired(cx);
+                }
+                return false;
+            }
+            Deadline::Fail(at) => at,
         };
+        self.wait_until(deadline, cx)
+    }
+
+    /// Whether `deadline` has passed; otherwise the timer is set for it.
+    fn wait_until(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
         let timer = match &mut self.timer {
             Some((timer, armed_for)) => {
                 if *armed_for != deadline {
@@ -277,11 +330,32 @@ mod tests {
         drop(first);
         client.write_all(b"ping").await.unwrap();
         tokio::time::sleep(Duration::from_secs(30)).await;
-        // Only the last stream's end starts the idle time; nothing is read after it.
+        // Only the last stream's end starts the idle time; nothing is read after it. First the
+        // connection is asked to close politely; reads fail only if it is still open later.
         drop(second);
+        tokio::time::sleep(LIMIT).await;
+        tokio::task::yield_now().await;
+        assert!(activity.close_requested(), "no polite close asked for");
         let (kind, waited) = reading.await.unwrap();
         assert_eq!(kind, io::ErrorKind::TimedOut);
-        assert_eq!(waited, Duration::from_secs(60) + LIMIT);
+        assert_eq!(waited, Duration::from_secs(60) + LIMIT + GOAWAY_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_polite_close_is_asked_for_once_the_idle_limit_passes() {
+        let (_client, mut stream, activity) = guarded();
+        drop(activity.stream_opened());
+        let started = Instant::now();
+        let reading = tokio::spawn(async move { stream.read(&mut [0u8; 8]).await });
+        tokio::time::sleep(LIMIT - Duration::from_millis(1)).await;
+        assert!(!activity.close_requested(), "asked too early");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::task::yield_now().await;
+        assert!(activity.close_requested(), "asked at the idle limit");
+        assert!(!reading.is_finished(), "reads still work during the grace");
+        let error = reading.await.unwrap().unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), LIMIT + GOAWAY_GRACE);
     }
 
     #[tokio::test(start_paused = true)]
@@ -291,8 +365,8 @@ mod tests {
             http_body_util::Full::new(bytes::Bytes::from_static(b"x")),
             activity.stream_opened(),
         );
-        assert_eq!(activity.deadline(LIMIT).0, None);
+        assert_eq!(activity.deadline(LIMIT).0, Deadline::None);
         drop(body);
-        assert!(activity.deadline(LIMIT).0.is_some());
+        assert!(matches!(activity.deadline(LIMIT).0, Deadline::Close(_)));
     }
 }

@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -290,7 +291,8 @@ async fn serve(
     load: Arc<WorkerLoad>,
 ) -> Result<(), ServeError> {
     let builder = Arc::new(connection_builder());
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let (stopping, stop_signal) = tokio::sync::watch::channel(false);
+    let connections = tokio_util::task::TaskTracker::new();
     let worker = worker_index();
     tokio::pin!(shutdown);
     'accepting: loop {
@@ -319,15 +321,21 @@ async fn serve(
             }
         };
         let held = load.open(worker);
-        serve_connection(&builder, &graceful, stream, peer, app.clone(), held);
+        let closing = Closing {
+            stop_signal: stop_signal.clone(),
+            connections: &connections,
+        };
+        serve_connection(&builder, closing, stream, peer, app.clone(), held);
     }
     drop(listener);
     tracing::info!(worker = worker_index(), "draining...");
     app.drain.start();
     // WebSocket tunnels are no longer connections hyper tracks; they run on this worker too,
     // so it waits for their Close frames before its runtime goes.
+    stopping.send_replace(true);
+    connections.close();
     let drained = async {
-        graceful.shutdown().await;
+        connections.wait().await;
         app.drain.websockets_closed().await;
     };
     tokio::select! {
@@ -358,9 +366,16 @@ fn connection_builder() -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// How a worker ends its connections: the signal that it is stopping, and the tracker it waits
+/// on for them to finish.
+struct Closing<'a> {
+    stop_signal: tokio::sync::watch::Receiver<bool>,
+    connections: &'a tokio_util::task::TaskTracker,
+}
+
 fn serve_connection(
     builder: &Arc<auto::Builder<TokioExecutor>>,
-    graceful: &hyper_util::server::graceful::GracefulShutdown,
+    closing: Closing<'_>,
     stream: TcpStream,
     peer: SocketAddr,
     app: Arc<App>,
@@ -373,6 +388,7 @@ fn serve_connection(
     };
     let watch = Arc::new(FramingWatch::default());
     let activity = Arc::new(ConnectionActivity::default());
+    let idle = activity.clone();
     let stream = IdleDeadline::new(stream, activity.clone(), HEADER_READ_TIMEOUT);
     let io = TokioIo::new(FramingGuard::new(stream, watch.clone()));
     let service = service_fn(move |req: hyper::Request<Incoming>| {
@@ -405,9 +421,35 @@ fn serve_connection(
     let connection = builder
         .serve_connection_with_upgrades(io, service)
         .into_owned();
-    let watched = graceful.watch(connection);
-    tokio::spawn(async move {
-        if let Err(e) = watched.await {
+    let Closing {
+        mut stop_signal,
+        connections,
+    } = closing;
+    connections.spawn(async move {
+        let mut connection = std::pin::pin!(connection);
+        let mut stop = std::pin::pin!(stop_signal.wait_for(|stopping| *stopping));
+        // Once asked (the worker stopping, or an idle HTTP/2 connection), hyper finishes what
+        // is in flight and closes: HTTP/1 after the current exchange, HTTP/2 with GOAWAY.
+        let mut close_asked = false;
+        let ended = std::future::poll_fn(|cx| {
+            loop {
+                if let Poll::Ready(ended) = connection.as_mut().poll(cx) {
+                    return Poll::Ready(ended);
+                }
+                if close_asked {
+                    return Poll::Pending;
+                }
+                // The idle deadline asks from inside the reads just polled: no wake-up needed.
+                // A stop signal whose sender is gone counts as a stop.
+                if !idle.close_requested() && stop.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                connection.as_mut().graceful_shutdown();
+                close_asked = true;
+            }
+        })
+        .await;
+        if let Err(e) = ended {
             tracing::debug!(error = %e, "connection ended with an error");
         }
         drop(held);

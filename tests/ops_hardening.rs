@@ -1401,3 +1401,86 @@ async fn upstream_credentials_stay_out_of_stats_and_requests() {
     assert!(!headers.contains_key("authorization"), "{echoed}");
     assert!(!echoed.to_string().contains("s3cret"), "{echoed}");
 }
+
+/// An idle HTTP/2 connection is closed with GOAWAY, not just dropped: a client about to reuse
+/// it learns which of its requests were not taken. Spoken frame by frame, so the test sees the
+/// GOAWAY itself.
+#[tokio::test]
+async fn idle_http2_connections_say_goaway_before_closing() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const SETTINGS: u8 = 0x4;
+    const PING: u8 = 0x6;
+    const GOAWAY: u8 = 0x7;
+    const ACK: u8 = 0x1;
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+    let origin = origins::fast_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let mut stream = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
+    let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    opening.extend(frame(SETTINGS, 0, 0, &[]));
+    // GET / with :authority "x", from HPACK's static table: :method GET, :scheme http, :path /.
+    let block = [0x82, 0x86, 0x84, 0x01, 0x01, b'x'];
+    opening.extend(frame(0x1, 0x4 | 0x1, 1, &block));
+    stream.write_all(&opening).await.unwrap();
+
+    let started = std::time::Instant::now();
+    let (mut kinds, mut goaway_at) = (Vec::new(), None);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let read = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut chunk))
+            .await
+            .expect("the connection was left open");
+        match read {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        while buf.len() >= 9 {
+            let len = usize::from(buf[0]) << 16 | usize::from(buf[1]) << 8 | usize::from(buf[2]);
+            if buf.len() < 9 + len {
+                break;
+            }
+            let (kind, flags) = (buf[3], buf[4]);
+            let payload = buf[9..9 + len].to_vec();
+            buf.drain(..9 + len);
+            kinds.push(kind);
+            match kind {
+                SETTINGS if flags & ACK == 0 => {
+                    stream
+                        .write_all(&frame(SETTINGS, ACK, 0, &[]))
+                        .await
+                        .unwrap();
+                }
+                PING if flags & ACK == 0 => {
+                    stream
+                        .write_all(&frame(PING, ACK, 0, &payload))
+                        .await
+                        .unwrap();
+                }
+                GOAWAY => {
+                    goaway_at.get_or_insert(started.elapsed());
+                    let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+                    assert_eq!(code, 0, "GOAWAY with NO_ERROR");
+                }
+                _ => {}
+            }
+        }
+    }
+    let closed_at = started.elapsed();
+    assert!(kinds.contains(&0x1), "no response headers: {kinds:?}");
+    let goaway_at = goaway_at.unwrap_or_else(|| panic!("closed without GOAWAY: {kinds:?}"));
+    assert!(
+        goaway_at >= Duration::from_secs(9),
+        "GOAWAY after {goaway_at:?}"
+    );
+    assert!(
+        closed_at < Duration::from_secs(14),
+        "closed after {closed_at:?}"
+    );
+}
