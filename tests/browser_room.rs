@@ -10,16 +10,32 @@ use std::time::Duration;
 use browser::Browser;
 use support::*;
 
+/// Waits (bounded) until the page has reloaded into the origin's answer, `ok`.
+async fn page_shows_the_origin(
+    page: &browser::Page,
+    concert: &concert::Running,
+    origin: &origins::Origin,
+) {
+    page.wait_for(
+        "document.body && document.body.innerText.trim() === 'ok'",
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "not let in: {e}; origin paths {:?}; stats {}",
+            origin.paths(),
+            concert::ops::stats_json(&concert.app)
+        )
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browser_waits_in_line_and_is_let_in_when_a_slot_frees() {
     let origin = origins::held_origin();
     let concert = concert(&["-upstream", &origin.url(), "-cap", "1"]).await;
     // Someone else holds the only slot.
-    let holder_url = url(&concert, "/busy");
-    let holder = tokio::spawn(async move {
-        let _ = plain_client().get(holder_url).send().await;
-    });
-    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    let holder = hold_the_only_slot(&concert, &origin, "/busy").await;
 
     let browser = Browser::launch().await.expect("headless Chromium");
     let page = browser.new_page().await.unwrap();
@@ -48,18 +64,7 @@ async fn browser_waits_in_line_and_is_let_in_when_a_slot_frees() {
     // Permits for the holder, the admitted page and the browser's bypassed /favicon.ico.
     origin.release(10);
     holder.await.unwrap();
-    page.wait_for(
-        "document.body && document.body.innerText.trim() === 'ok'",
-        Duration::from_secs(20),
-    )
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "not let in: {e}; origin paths {:?}; stats {}",
-            origin.paths(),
-            concert::ops::stats_json(&concert.app)
-        )
-    });
+    page_shows_the_origin(&page, &concert, &origin).await;
     let paths = origin.paths();
     assert_eq!(
         paths
@@ -92,11 +97,7 @@ async fn a_browser_that_left_before_its_turn_is_passed_and_then_rejoins_at_the_f
         "5s",
     ])
     .await;
-    let holder_url = url(&concert, "/busy");
-    let holder = tokio::spawn(async move {
-        let _ = plain_client().get(holder_url).send().await;
-    });
-    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    let holder = hold_the_only_slot(&concert, &origin, "/busy").await;
 
     let browser = Browser::launch().await.expect("headless Chromium");
     let page = browser.new_page().await.unwrap();
@@ -144,17 +145,7 @@ async fn a_browser_that_left_before_its_turn_is_passed_and_then_rejoins_at_the_f
     assert_eq!(position.unwrap(), "001");
     origin.release(10);
     assert_eq!(entering.await.unwrap().unwrap().text().await.unwrap(), "ok");
-    page.wait_for(
-        "document.body && document.body.innerText.trim() === 'ok'",
-        Duration::from_secs(20),
-    )
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "not let in: {e}; stats {}",
-            concert::ops::stats_json(&concert.app)
-        )
-    });
+    page_shows_the_origin(&page, &concert, &origin).await;
     let stats = concert.app.room.stats();
     assert_eq!((stats.lapsed_total, stats.rejoined_total), (1, 1));
     assert_eq!(stats.live_queue_depth, 0);

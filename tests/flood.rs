@@ -264,11 +264,7 @@ async fn a_long_line_of_distinct_visitors_holds_every_position_once() {
         "-access-log=false",
     ])
     .await;
-    let holder_url = url(&concert, "/slot");
-    let holder = tokio::spawn(async move {
-        let _ = plain_client().get(holder_url).send().await;
-    });
-    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    let holder = hold_the_only_slot(&concert, &origin, "/slot").await;
 
     let visitors = 3000usize;
     let lanes = 16;

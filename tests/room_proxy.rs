@@ -269,11 +269,7 @@ async fn full_room(
     let mut args = vec!["-upstream", upstream.as_str(), "-cap", "1"];
     args.extend_from_slice(extra);
     let concert = concert(&args).await;
-    let holder_url = url(&concert, "/slow");
-    let holder = tokio::spawn(async move {
-        let _ = plain_client().get(holder_url).send().await;
-    });
-    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    let holder = hold_the_only_slot(&concert, &origin, "/slow").await;
     (origin, concert, holder)
 }
 
@@ -752,11 +748,7 @@ async fn lowering_the_cap_live_is_never_exceeded() {
 async fn cookie_keepers_are_served_in_arrival_order() {
     let origin = origins::held_origin();
     let concert = concert(&["-upstream", &origin.url(), "-cap", "1", "-max-queue", "0"]).await;
-    let holder_url = url(&concert, "/holder");
-    let holder = tokio::spawn(async move {
-        let _ = plain_client().get(holder_url).send().await;
-    });
-    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    let holder = hold_the_only_slot(&concert, &origin, "/holder").await;
     // Five visitors queue one after another, then keep retrying in reverse order of arrival.
     let mut clients = Vec::new();
     for i in 0..5 {

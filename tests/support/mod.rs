@@ -117,6 +117,21 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
     check()
 }
 
+/// Sends a request to `path` that `origin` holds (a held origin), so it takes the only page
+/// slot of a cap-1 room; returns once the origin has it. The task ends when the origin answers.
+pub async fn hold_the_only_slot(
+    running: &concert::Running,
+    origin: &origins::Origin,
+    path: &str,
+) -> tokio::task::JoinHandle<()> {
+    let holder_url = url(running, path);
+    let holder = tokio::spawn(async move {
+        let _ = plain_client().get(holder_url).send().await;
+    });
+    assert!(eventually(Duration::from_secs(5), || origin.in_flight() == 1).await);
+    holder
+}
+
 /// Whether every page slot comes back within two seconds (the room's occupancy reaches 0).
 pub async fn room_empties(running: &concert::Running) -> bool {
     eventually(Duration::from_secs(2), || {
