@@ -321,19 +321,23 @@ async fn serve(
             }
         };
         let held = load.open(worker);
-        let closing = Closing {
-            stop_signal: stop_signal.clone(),
-            connections: &connections,
-        };
-        serve_connection(&builder, closing, stream, peer, app.clone(), held);
+        let stop_signal = stop_signal.clone();
+        connections.spawn(serve_connection(
+            &builder,
+            stop_signal,
+            stream,
+            peer,
+            app.clone(),
+            held,
+        ));
     }
     drop(listener);
     tracing::info!(worker = worker_index(), "draining...");
     app.drain.start();
-    // WebSocket tunnels are no longer connections hyper tracks; they run on this worker too,
-    // so it waits for their Close frames before its runtime goes.
     stopping.send_replace(true);
     connections.close();
+    // WebSocket tunnels are no longer connections hyper tracks; they run on this worker too,
+    // so it waits for their Close frames before its runtime goes.
     let drained = async {
         connections.wait().await;
         app.drain.websockets_closed().await;
@@ -366,21 +370,16 @@ fn connection_builder() -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// How a worker ends its connections: the signal that it is stopping, and the tracker it waits
-/// on for them to finish.
-struct Closing<'a> {
-    stop_signal: tokio::sync::watch::Receiver<bool>,
-    connections: &'a tokio_util::task::TaskTracker,
-}
-
+/// Serves one connection until it ends; `stop_signal` turning true (the worker stopping) asks
+/// it to finish what is in flight and close.
 fn serve_connection(
     builder: &Arc<auto::Builder<TokioExecutor>>,
-    closing: Closing<'_>,
+    mut stop_signal: tokio::sync::watch::Receiver<bool>,
     stream: TcpStream,
     peer: SocketAddr,
     app: Arc<App>,
     held: OpenConnection,
-) {
+) -> impl Future<Output = ()> + Send + 'static {
     let _ = stream.set_nodelay(true);
     let conn = ConnInfo {
         peer: Some(crate::client::unmap(peer.ip())),
@@ -421,11 +420,7 @@ fn serve_connection(
     let connection = builder
         .serve_connection_with_upgrades(io, service)
         .into_owned();
-    let Closing {
-        mut stop_signal,
-        connections,
-    } = closing;
-    connections.spawn(async move {
+    async move {
         let mut connection = std::pin::pin!(connection);
         let mut stop = std::pin::pin!(stop_signal.wait_for(|stopping| *stopping));
         // Once asked (the worker stopping, or an idle HTTP/2 connection), hyper finishes what
@@ -453,7 +448,7 @@ fn serve_connection(
             tracing::debug!(error = %e, "connection ended with an error");
         }
         drop(held);
-    });
+    }
 }
 
 /// The answer to a request whose head carried both `Content-Length` and `Transfer-Encoding`,

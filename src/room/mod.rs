@@ -503,16 +503,11 @@ impl Shared {
         if has_pass {
             self.promote_vip(&mut core, &mut entry);
         }
-        entry.set_last_seen(now);
-        entry.set_cookie_set_at(now);
         // Coming back with the cookie proves a real client as much as a poll does (and covers
         // visitors without JavaScript, whose page reloads itself instead of polling).
-        if !entry.has(SEEN) {
+        if entry.came_back(now, has_pass) {
             self.tokens.note_proven();
         }
-        entry.set(SEEN, true);
-        entry.set(HAS_PASS, has_pass);
-        entry.set(tokens::REFRESH_DUE, false);
         let position = core.position(entry.key);
         let estimate = core.meter.estimate(now, position);
         drop(core);
@@ -551,11 +546,8 @@ impl Shared {
         if now.saturating_sub(entry.last_seen()) > settings.ttl_ms() {
             return None;
         }
-        entry.set_last_seen(now);
-        entry.set_cookie_set_at(now);
-        entry.set(SEEN, true);
-        entry.set(HAS_PASS, has_pass);
-        entry.set(tokens::REFRESH_DUE, false);
+        // Not in the store, so not counted among the unproven: nothing to note.
+        entry.came_back(now, has_pass);
         bump(&self.counters.rejoined, 1);
         let mut core = self.core.lock();
         entry.key = core.line.issue();

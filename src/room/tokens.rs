@@ -80,6 +80,18 @@ impl Entry {
         self.created
     }
 
+    /// The visitor came back with the cookie: seen now, cookies sent again now, pass status as
+    /// found. Returns whether this is the first sign of them (the entry was not yet `SEEN`).
+    pub fn came_back(&mut self, now: u64, has_pass: bool) -> bool {
+        let first_sign = !self.has(SEEN);
+        self.set_last_seen(now);
+        self.set_cookie_set_at(now);
+        self.set(SEEN, true);
+        self.set(HAS_PASS, has_pass);
+        self.set(REFRESH_DUE, false);
+        first_sign
+    }
+
     pub fn last_seen(&self) -> u64 {
         self.created + u64::from(self.seen_after)
     }
