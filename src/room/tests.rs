@@ -1039,11 +1039,15 @@ async fn a_lapsed_visitor_enters_at_once_when_the_window_has_room() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lapsed_claim_ends_with_the_ticket_lifetime_or_a_removal() {
-    for removed in [false, true] {
+async fn a_lapsed_claim_ends_with_the_ticket_lifetime_a_removal_or_a_ban() {
+    let address: IpAddr = "203.0.113.9".parse().unwrap();
+    for ending in ["lifetime", "removal", "ban"] {
         let room = Room::new(lapsing(1));
         let held = enter(&room).await;
-        let away = waiting(room.arrive(Arrival::default()));
+        let away = waiting(room.arrive(Arrival {
+            client: Some(address),
+            ..Arrival::default()
+        }));
         let behind = waiting(room.arrive(Arrival::default()));
         drop(held);
         advance(Duration::from_secs(18)).await;
@@ -1052,19 +1056,26 @@ async fn a_lapsed_claim_ends_with_the_ticket_lifetime_or_a_removal() {
         assert_eq!(room.reap_now(), 1);
         let _inside = slot(&room, room.arrive(with_ticket(&behind.token))).await;
         let other = waiting(room.arrive(Arrival::default()));
-        if removed {
-            assert!(room.remove_token(&away.token));
-            assert!(!room.remove_token(&away.token), "removed once");
-        } else {
-            advance(Duration::from_secs(301)).await;
-            room.reap_now();
-            // The reaper dropped the claim along with the expired `other` ticket.
-            assert_eq!(room.stats().live_queue_depth, 0);
+        match ending {
+            "removal" => {
+                assert!(room.remove_token(&away.token));
+                assert!(!room.remove_token(&away.token), "removed once");
+            }
+            "ban" => assert_eq!(room.remove_clients(|client| client == address), 1),
+            _ => {
+                advance(Duration::from_secs(301)).await;
+                room.reap_now();
+                // The reaper dropped the claim along with the expired `other` ticket.
+                assert_eq!(room.stats().live_queue_depth, 0);
+            }
         }
         let back = waiting(room.arrive(with_ticket(&away.token)));
-        assert_ne!(back.token, away.token, "a new ticket");
-        let expected_position = if removed { 2 } else { 1 };
-        assert_eq!(back.position, expected_position, "at the back: {other:?}");
+        assert_ne!(back.token, away.token, "{ending}: a new ticket");
+        let expected_position = if ending == "lifetime" { 1 } else { 2 };
+        assert_eq!(
+            back.position, expected_position,
+            "{ending}: at the back: {other:?}"
+        );
         assert_eq!(room.stats().rejoined_total, 0);
         assert_accounting(&room, 1);
     }
