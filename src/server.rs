@@ -469,26 +469,27 @@ fn refused_framing(
 
 /// Runs the pipeline; a panic becomes an empty 500 and one log line, never a dead connection task
 /// with a header dump.
-async fn handle_recovering(
+fn handle_recovering(
     app: Arc<App>,
     conn: ConnInfo,
     req: hyper::Request<Incoming>,
-) -> http::Response<Body> {
+) -> impl Future<Output = http::Response<Body>> + Send {
     // A reference-count bump; the path is only formatted if the pipeline panics.
     let uri = req.uri().clone();
-    match AssertUnwindSafe(crate::router::handle(app, conn, req))
+    // A plain function rather than an async one: an async wrapper would hold a second copy of
+    // the request and move the whole pipeline future once more for every request.
+    AssertUnwindSafe(crate::router::handle(app, conn, req))
         .catch_unwind()
-        .await
-    {
-        Ok(response) => response,
-        Err(_) => {
-            let path: String = uri.path().chars().take(256).collect();
-            tracing::error!("request panic on {path}");
-            let mut response = http::Response::new(Body::empty());
-            *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
-            response
-        }
-    }
+        .map(move |outcome| match outcome {
+            Ok(response) => response,
+            Err(_) => {
+                let path: String = uri.path().chars().take(256).collect();
+                tracing::error!("request panic on {path}");
+                let mut response = http::Response::new(Body::empty());
+                *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                response
+            }
+        })
 }
 
 #[cfg(test)]

@@ -434,20 +434,7 @@ impl Proxy {
         }
     }
 
-    /// Waits for the origin's response head, for at most `-upstream-timeout` when it is set.
-    async fn within_header_timeout<T>(
-        &self,
-        answer: impl Future<Output = Result<T, UpstreamFailure>>,
-    ) -> Result<T, UpstreamFailure> {
-        match self.header_timeout {
-            Some(limit) => tokio::time::timeout(limit, answer)
-                .await
-                .unwrap_or(Err(UpstreamFailure::HeaderTimeout(limit))),
-            None => answer.await,
-        }
-    }
-
-    /// [`Proxy::within_header_timeout`] for a request with a body: the limit counts from the
+    /// The `-upstream-timeout` wait for a request with a body: the limit counts from the
     /// body's last movement, so it bounds the wait for the response head once the body is
     /// sent (as the original's transport does) and a stalled upload, but not a slow one.
     async fn after_body_within_header_timeout<T>(
@@ -492,12 +479,17 @@ impl Proxy {
         };
         headers::rewrite_request_into(parts.headers, facts, &mut head);
         let head = head.finish();
-        let sent = async {
-            pool.send(&method, &head)
-                .await
-                .map_err(UpstreamFailure::from)
+        // Awaited here rather than through a helper: each async layer keeps its own copy of
+        // what it awaits, and this one is part of every proxied page's future.
+        let sent = pool.send(&method, &head);
+        let answered = match self.header_timeout {
+            Some(limit) => match tokio::time::timeout(limit, sent).await {
+                Ok(answered) => answered.map_err(UpstreamFailure::from),
+                Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
+            },
+            None => sent.await.map_err(UpstreamFailure::from),
         };
-        let mut answer = match self.within_header_timeout(sent).await {
+        let mut answer = match answered {
             Ok(answer) => answer,
             Err(failure) => return upstream_failed(&method, ctx, &failure),
         };
