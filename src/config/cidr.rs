@@ -1,6 +1,8 @@
 //! Address lists (`trusted_proxies`, `abuse_allow`, `portal_allow`): comma-separated IPs and
 //! CIDRs, parsed once into networks plus a lookup keyed by prefix length so a membership test
-//! costs one hash probe per distinct prefix length, never one per entry.
+//! costs one probe per distinct prefix length, never one per entry. A prefix length with few
+//! networks (the usual case: loopback, one load balancer) is probed by comparing them in turn,
+//! which costs less than hashing the address.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -13,8 +15,42 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 pub struct CidrList {
     raw: String,
     nets: Vec<IpNet>,
-    v4_by_len: Vec<(u8, HashSet<u32>)>,
-    v6_by_len: Vec<(u8, HashSet<u128>)>,
+    v4_by_len: Vec<(u8, NetworkSet<u32>)>,
+    v6_by_len: Vec<(u8, NetworkSet<u128>)>,
+}
+
+/// The networks of one prefix length, as their masked address bits.
+#[derive(Clone)]
+enum NetworkSet<T> {
+    Few(Vec<T>),
+    Many(HashSet<T>),
+}
+
+/// Past this many networks of one length a hash probe beats comparing each in turn.
+const FEW_NETWORKS: usize = 8;
+
+impl<T: Copy + Eq + std::hash::Hash> NetworkSet<T> {
+    fn contains(&self, bits: &T) -> bool {
+        match self {
+            NetworkSet::Few(networks) => networks.contains(bits),
+            NetworkSet::Many(networks) => networks.contains(bits),
+        }
+    }
+
+    fn insert(&mut self, bits: T) {
+        match self {
+            NetworkSet::Few(networks) if networks.contains(&bits) => {}
+            NetworkSet::Few(networks) if networks.len() < FEW_NETWORKS => networks.push(bits),
+            NetworkSet::Few(networks) => {
+                let mut many: HashSet<T> = networks.drain(..).collect();
+                many.insert(bits);
+                *self = NetworkSet::Many(many);
+            }
+            NetworkSet::Many(networks) => {
+                networks.insert(bits);
+            }
+        }
+    }
 }
 
 impl CidrList {
@@ -103,12 +139,14 @@ fn parse_entry(entry: &str) -> Result<IpNet, String> {
     })
 }
 
-fn insert_by_len<T: Eq + std::hash::Hash>(groups: &mut Vec<(u8, HashSet<T>)>, len: u8, bits: T) {
+fn insert_by_len<T: Copy + Eq + std::hash::Hash>(
+    groups: &mut Vec<(u8, NetworkSet<T>)>,
+    len: u8,
+    bits: T,
+) {
     match groups.iter_mut().find(|(group_len, _)| *group_len == len) {
-        Some((_, set)) => {
-            set.insert(bits);
-        }
-        None => groups.push((len, HashSet::from([bits]))),
+        Some((_, set)) => set.insert(bits),
+        None => groups.push((len, NetworkSet::Few(vec![bits]))),
     }
 }
 
@@ -226,6 +264,29 @@ mod tests {
         #[test]
         fn parse_never_panics(text in "\\PC*") {
             let _ = CidrList::parse(&text);
+        }
+
+        // Lists long enough that some prefix lengths pass from comparing in turn to hashing.
+        #[test]
+        fn contains_agrees_with_checking_every_network(
+            entries in proptest::collection::vec((any::<u32>(), 28u8..=32), 0..40),
+            probes in proptest::collection::vec(any::<u32>(), 0..20),
+        ) {
+            let mut nets: Vec<Ipv4Net> = entries
+                .iter()
+                .filter_map(|&(bits, len)| Ipv4Net::new(bits.into(), len).ok())
+                .map(|net| net.trunc())
+                .collect();
+            nets.sort();
+            nets.dedup();
+            let text: Vec<String> = nets.iter().map(ToString::to_string).collect();
+            let list = CidrList::parse(&text.join(",")).unwrap();
+            let members = nets.iter().map(|net| u32::from(net.network()) | 1);
+            for probe in probes.iter().copied().chain(members) {
+                let address = std::net::Ipv4Addr::from(probe);
+                let expected = nets.iter().any(|net| net.contains(&address));
+                prop_assert_eq!(list.contains(IpAddr::V4(address)), expected, "{}", address);
+            }
         }
 
         #[test]
