@@ -391,10 +391,14 @@ fn verified_pass(app: &App, info: &RequestInfo, req: &Request<Incoming>, now: u6
     let status = app
         .pass
         .verify_cookie(read_cookie(req.headers(), ADMIT_COOKIE), now);
+    charge_forged_pass(app, info, &status);
+    status
+}
+
+fn charge_forged_pass(app: &App, info: &RequestInfo, status: &PassStatus) {
     if status.is_forged() {
         app.strike(info.client, FORGED_PASS_STRIKE, "forged admission pass");
     }
-    status
 }
 
 fn with_cookie(mut response: Response<Body>, cookie: Option<HeaderValue>) -> Response<Body> {
@@ -503,7 +507,7 @@ async fn gated(
         };
         match app.priority.gate(&generation.lane, request).await {
             LaneDecision::Lane(slot) => {
-                return admitted(app, generation, info, req, Box::new(slot)).await;
+                return admitted(app, generation, info, req, Box::new(slot), pass).await;
             }
             LaneDecision::Refused(refusal) => return refusal.into_response(info.html),
             LaneDecision::Room => {}
@@ -530,23 +534,28 @@ async fn gated(
     // Waiting for a slot ends early if the client goes away: hyper drops this future, the
     // admission is dropped with it, and the room retires the ticket.
     match app.room.admit(admission).await {
-        AdmitResult::Admitted(slot) => admitted(app, generation, info, req, Box::new(slot)).await,
+        AdmitResult::Admitted(slot) => {
+            admitted(app, generation, info, req, Box::new(slot), pass).await
+        }
         AdmitResult::Requeued(waiting) => waiting_response(generation, info, &waiting),
     }
 }
 
 /// The gated handler: issue or slide the admission pass (a forged one is charged), proxy with
 /// `hold` kept until the response is delivered, then turn the origin's `Concert-Priority` into
-/// a grant bound to the pass.
+/// a grant bound to the pass. `status` is the pass as checked when the request arrived: a
+/// second signature check would cost as much again, and a pass valid on arrival is slid even
+/// if it ran out while its holder waited for the slot.
 async fn admitted(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
     req: Request<Incoming>,
     hold: SlotHold,
+    status: PassStatus,
 ) -> Response<Body> {
     let now = unix_now();
-    let status = verified_pass(app, info, &req, now);
+    charge_forged_pass(app, info, &status);
     let issued = app
         .pass
         .issue_for_page(&status, now, generation.config.admit_ttl);
