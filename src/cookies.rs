@@ -11,19 +11,40 @@ use http::{HeaderMap, HeaderValue, header::COOKIE};
 /// Pairs that do not parse are skipped rather than failing the whole header, so one odd cookie set
 /// by the origin cannot hide ours.
 pub fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
+    let [value] = read_cookies(headers, [name]);
+    value
+}
+
+/// [`read_cookie`] for several names in one pass over the `Cookie` headers: a request that
+/// needs four of Concert's cookies splits its cookie line once, not four times.
+pub fn read_cookies<'a, const N: usize>(
+    headers: &'a HeaderMap,
+    names: [&str; N],
+) -> [Option<&'a str>; N] {
+    let mut found = [None; N];
+    let mut missing = N;
+    let pairs = headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
-        .flat_map(|line| line.split(';'))
-        .find_map(|pair| {
-            let (key, value) = pair.split_once('=')?;
-            if key.trim() == name {
-                Some(value.trim().trim_matches('"'))
-            } else {
-                None
+        .flat_map(|line| line.split(';'));
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        // The first pair of each name counts, as browsers send the most specific first.
+        for (name, slot) in names.iter().zip(found.iter_mut()) {
+            if slot.is_none() && *name == key {
+                *slot = Some(value.trim().trim_matches('"'));
+                missing -= 1;
             }
-        })
+        }
+        if missing == 0 {
+            break;
+        }
+    }
+    found
 }
 
 /// Whether the request carried a cookie called `name` at all (even an empty one).
@@ -129,6 +150,38 @@ mod tests {
         assert_eq!(read_cookie(&map, "room_ticket"), Some("abc"));
         assert_eq!(read_cookie(&map, "b"), Some("2"));
         assert_eq!(read_cookie(&map, "missing"), None);
+    }
+
+    // One name looked up on its own, the plain way.
+    fn read_cookie_by_splitting<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+        headers
+            .get_all(COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|line| line.split(';'))
+            .find_map(|pair| {
+                let (key, value) = pair.split_once('=')?;
+                (key.trim() == name).then(|| value.trim().trim_matches('"'))
+            })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn reading_several_names_at_once_matches_reading_each(
+            lines in proptest::collection::vec("[a-c_ =;\"é\t]{0,24}", 0..4),
+            names in proptest::array::uniform3("[a-c_]{1,3}"),
+        ) {
+            let mut map = HeaderMap::new();
+            for line in &lines {
+                if let Ok(value) = HeaderValue::from_bytes(line.as_bytes()) {
+                    map.append(COOKIE, value);
+                }
+            }
+            let together = read_cookies(&map, [&names[0], &names[1], &names[2]]);
+            for (name, value) in names.iter().zip(together) {
+                proptest::prop_assert_eq!(value, read_cookie_by_splitting(&map, name));
+            }
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::assets::AssetRefusal;
 use crate::client::{is_html_client, resolve_client};
 use crate::config::paths::{RouteKind, normalize_request_path};
-use crate::cookies::read_cookie;
+use crate::cookies::{read_cookie, read_cookies};
 use crate::pass::{ADMIT_COOKIE, PRIORITY_COOKIE, PassId, PassStatus, unix_now};
 use crate::priority::{GrantAction, LaneDecision, LaneRequest};
 use crate::proxy::{ForwardContext, OriginPriority, SlotHold};
@@ -485,15 +485,19 @@ async fn gated(
 ) -> Response<Body> {
     let config = &generation.config;
     let now = unix_now();
-    let pass = app
-        .pass
-        .verify_cookie(read_cookie(req.headers(), ADMIT_COOKIE), now);
-    let rank = app.priority.request_rank(
-        &app.pass,
-        read_cookie(req.headers(), PRIORITY_COOKIE),
-        pass.valid(),
-        now,
+    let [
+        admit_cookie,
+        priority_cookie,
+        ticket_cookie,
+        room_pass_cookie,
+    ] = read_cookies(
+        req.headers(),
+        [ADMIT_COOKIE, PRIORITY_COOKIE, TICKET_COOKIE, PASS_COOKIE],
     );
+    let pass = app.pass.verify_cookie(admit_cookie, now);
+    let rank = app
+        .priority
+        .request_rank(&app.pass, priority_cookie, pass.valid(), now);
     app.priority.count_request(rank);
     if app.room.is_busy() {
         let request = LaneRequest {
@@ -514,8 +518,8 @@ async fn gated(
         }
     }
     let arrival = Arrival {
-        ticket_cookie: read_cookie(req.headers(), TICKET_COOKIE),
-        pass_cookie: read_cookie(req.headers(), PASS_COOKIE),
+        ticket_cookie,
+        pass_cookie: room_pass_cookie,
         client: info.client,
     };
     let admission = match app.room.arrive(arrival) {
