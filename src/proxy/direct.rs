@@ -260,15 +260,18 @@ fn parse_head(
     answers_without_body: bool,
 ) -> Result<Option<(http::response::Parts, Framing, bool)>, DirectError> {
     loop {
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut parsed = httparse::Response::new(&mut slots);
+        // Left uninitialised: zeroing room for MAX_HEADERS lines on every response cost more
+        // than parsing the few an origin sends.
+        let mut slots = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut []);
         let mut config = httparse::ParserConfig::default();
         config.allow_spaces_after_header_name_in_responses(true);
-        let len = match config.parse_response(&mut parsed, &conn.buf) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(err) => return Err(DirectError::Parse(err)),
-        };
+        let len =
+            match config.parse_response_with_uninit_headers(&mut parsed, &conn.buf, &mut slots) {
+                Ok(httparse::Status::Complete(len)) => len,
+                Ok(httparse::Status::Partial) => return Ok(None),
+                Err(err) => return Err(DirectError::Parse(err)),
+            };
         let code = parsed.code.unwrap_or_default();
         let status = StatusCode::from_u16(code).map_err(|_| DirectError::Invalid("status code"))?;
         if status == StatusCode::SWITCHING_PROTOCOLS {
