@@ -1,7 +1,7 @@
 # Concert build and test entry points. `make demo` and `make test` are the README's two commands.
 CARGO ?= cargo
 
-.PHONY: all build demo test lint bench bench-compare bench-line docs clean
+.PHONY: all build demo test lint bench bench-compare bench-line bench-instructions docs clean
 
 all: lint test build
 
@@ -36,6 +36,10 @@ bench-compare:
 # Memory per waiting visitor and status polling with a long line, against the release binary.
 bench-line:
 	bash benches/line.sh
+
+# Instructions per proxied page under callgrind: steady enough to compare two builds on a busy host.
+bench-instructions:
+	bash benches/instructions.sh
 
 clean:
 	$(CARGO) clean
