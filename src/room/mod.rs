@@ -837,15 +837,23 @@ impl Room {
     /// Waits (bounded) for a page slot. Dropping the future before it completes retires the ticket
     /// and counts a timeout; running out of time puts the visitor back in line with their place.
     pub async fn admit(&self, mut admission: Admission) -> AdmitResult {
-        let wait = self.shared.settings.load().slot_wait();
         let gate = Arc::clone(&admission.shared.gate);
-        match tokio::time::timeout(wait, gate.acquire()).await {
-            Ok(permit) => {
+        // A free slot is taken at once, without reading the clock and arming a timer for a
+        // wait that does not happen (most requests, whenever the room is not full).
+        let permit = match gate.try_acquire() {
+            Some(permit) => Some(permit),
+            None => {
+                let wait = self.shared.settings.load().slot_wait();
+                tokio::time::timeout(wait, gate.acquire()).await.ok()
+            }
+        };
+        match permit {
+            Some(permit) => {
                 admission.armed = false;
                 let slot = admission.shared.enter(admission.key, permit);
                 AdmitResult::Admitted(slot)
             }
-            Err(_) => {
+            None => {
                 admission.armed = false;
                 AdmitResult::Requeued(admission.shared.requeue(&admission))
             }
