@@ -476,9 +476,17 @@ fn handle_recovering(
 ) -> impl Future<Output = http::Response<Body>> + Send {
     // A reference-count bump; the path is only formatted if the pipeline panics.
     let uri = req.uri().clone();
-    // A plain function rather than an async one: an async wrapper would hold a second copy of
-    // the request and move the whole pipeline future once more for every request.
-    AssertUnwindSafe(crate::router::handle(app, conn, req))
+    recovering(uri, crate::router::handle(app, conn, req))
+}
+
+/// `pipeline`, with a panic turned into an empty 500. A plain function rather than an async
+/// one: an async wrapper would hold a second copy of the request and move the whole pipeline
+/// future once more for every request.
+fn recovering(
+    uri: http::Uri,
+    pipeline: impl Future<Output = http::Response<Body>> + Send,
+) -> impl Future<Output = http::Response<Body>> + Send {
+    AssertUnwindSafe(pipeline)
         .catch_unwind()
         .map(move |outcome| match outcome {
             Ok(response) => response,
@@ -495,6 +503,33 @@ fn handle_recovering(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_pipeline_answers_an_empty_500_and_others_pass_through() {
+        let uri: http::Uri = "/checkout?step=2".parse().unwrap();
+        let answered = recovering(uri.clone(), async {
+            let mut response = http::Response::new(Body::from("fine"));
+            *response.status_mut() = http::StatusCode::ACCEPTED;
+            response
+        })
+        .await;
+        assert_eq!(answered.status(), http::StatusCode::ACCEPTED);
+
+        let step = std::hint::black_box(2);
+        let panicked = recovering(uri, async move {
+            if step == 2 {
+                panic!("the pipeline broke");
+            }
+            http::Response::new(Body::empty())
+        })
+        .await;
+        assert_eq!(panicked.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
+        let body = http_body_util::BodyExt::collect(panicked.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert!(body.is_empty());
+    }
 
     #[test]
     fn a_worker_steps_aside_only_when_clearly_busier_than_another() {
