@@ -12,6 +12,9 @@
 #   ROUNDS=5 DURATION=10 CONNS=64 WORKERS="1 2" bash benches/compare.sh
 #   MODE=asset bash benches/compare.sh  # a private asset fetched with a valid concert_admit pass
 #                                       # (per-pass and global asset pools) instead of a gated page
+#   MODE=browser bash benches/compare.sh # a gated page requested with a valid pass, as a returning
+#                                       # browser does (the default page mode sends no cookie, so
+#                                       # Concert signs a new pass for every request)
 #   OPEN_LOOP=0 bash benches/compare.sh # skip the fixed-rate latency runs (page mode)
 #
 # After the closed-loop table (wrk), page mode also measures latency open-loop: requests sent at a
@@ -42,7 +45,10 @@ case $MODE in
     BENCH_PATH=/static/app.css
     CONCERT_EXTRA=(-assets "/static/*" -asset-user-cap-h1 100000 -asset-user-cap-h2 100000
                    -asset-cap 1000000 -admit-ttl 1h) ;;
-  *) echo "MODE must be page or asset" >&2; exit 2 ;;
+  browser)
+    # Long-lived, so the pass stays fresh for the whole run and is never re-signed.
+    CONCERT_EXTRA=(-admit-ttl 1h) ;;
+  *) echo "MODE must be page, asset or browser" >&2; exit 2 ;;
 esac
 WRK_HEADERS=()
 
@@ -222,7 +228,7 @@ to_ms() { # wrk prints 1.23ms / 456.00us / 1.02s
   esac
 }
 
-# The concert_admit value Concert issues on an admitted page (asset mode only).
+# The concert_admit value Concert issues on an admitted page (asset and browser modes).
 fetch_pass() {
   exec 3<>"/dev/tcp/127.0.0.1/$CONCERT_PORT"
   printf 'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&3
@@ -245,7 +251,7 @@ for workers in $WORKERS; do
   pid_r=$(start_relay "$workers"); pids+=("$pid_r")
   wait_port "$NGINX_PORT"; wait_port "$HAPROXY_PORT"; wait_port "$CONCERT_PORT"
   wait_port "$RELAY_PORT"
-  if [ "$MODE" = asset ]; then
+  if [ "$MODE" != page ]; then
     pass=$(fetch_pass)
     [ -n "$pass" ] || { echo "Concert issued no concert_admit pass" >&2; exit 1; }
     WRK_HEADERS=(-H "Cookie: concert_admit=$pass")
