@@ -22,6 +22,8 @@
 # when each request was due, so stalls are not hidden by the load generator slowing down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/common.sh
+source benches/common.sh
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8}
@@ -93,23 +95,6 @@ pin_proxy() { # $1 = workers
   if [ "$cpus" -ge 2 ] && [ "$workers" = 1 ]; then exec taskset -c 0 "$@"; else exec "$@"; fi
 }
 
-nginx_conf() { # $1 = file, $2 = workers, $3 = body of the http block
-  cat >"$1" <<EOF
-worker_processes $2;
-daemon off;
-pid $work/nginx-$RANDOM.pid;
-error_log /dev/null crit;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
-  uwsgi_temp_path $work; scgi_temp_path $work;
-  keepalive_requests 1000000;
-  $3
-}
-EOF
-}
-
 start_origin() {
   nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { return 200 'ok'; } }"
   (if [ "$cpus" -ge 2 ]; then exec taskset -c 1 "$NGINX" -c "$work/origin.conf" -p "$work"
@@ -160,15 +145,6 @@ start_concert() { # $1 = workers
 start_relay() { # $1 = workers
   pin_proxy "$1" "$RELAY" "127.0.0.1:$RELAY_PORT" "127.0.0.1:$ORIGIN_PORT" "$1" >/dev/null 2>&1 &
   echo $!
-}
-
-wait_port() {
-  for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "port $1 did not open" >&2
-  return 1
 }
 
 # The servers were started inside $(…), so they are not this shell's children and `wait` cannot

@@ -16,6 +16,8 @@
 # extensions, so the pass signature weighs more here than on real hardware.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/common.sh
+source benches/common.sh
 
 SMALL=${SMALL:-2000}
 LARGE=${LARGE:-10000}
@@ -48,31 +50,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cat >"$work/origin.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $work/origin.pid;
-error_log /dev/null crit;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
-  uwsgi_temp_path $work; scgi_temp_path $work;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$ORIGIN_PORT; location / { return 200 'ok'; } }
-}
-EOF
+nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { return 200 'ok'; } }"
 "$NGINX" -c "$work/origin.conf" -p "$work" &
 origin_pid=$!
-
-wait_port() {
-  for _ in $(seq 1 300); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "port $1 did not open" >&2
-  return 1
-}
 wait_port "$ORIGIN_PORT"
 
 # Prints the instructions Concert executed while answering $1 requests (mode flags follow).
@@ -83,7 +63,8 @@ instructions_for() {
     -listen "127.0.0.1:$CONCERT_PORT" -upstream "http://127.0.0.1:$ORIGIN_PORT" \
     -cap 1000000 -max-queue 0 -access-log=false -data-dir "" -workers 1 >"$work/concert.log" 2>&1 &
   pid=$!
-  wait_port "$CONCERT_PORT"
+  # valgrind takes a few seconds to start the program.
+  wait_port "$CONCERT_PORT" 600
   "$EXCHANGES" "http://127.0.0.1:$CONCERT_PORT/bench" "$requests" 4 "$@" >/dev/null
   kill -INT "$pid"
   wait "$pid" || { echo "Concert did not stop cleanly; its log:" >&2; cat "$work/concert.log" >&2; return 1; }

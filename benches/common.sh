@@ -1,0 +1,32 @@
+# shellcheck shell=bash
+# Helpers shared by the load scripts in benches/; sourced, not run.
+
+# Writes an nginx configuration: $1 = file, $2 = worker processes, $3 = body of the http block.
+# Temporary files and the pid file go to $work, which the sourcing script creates.
+nginx_conf() {
+  : "${work:?the sourcing script sets work to its temporary directory}"
+  cat >"$1" <<EOF
+worker_processes $2;
+daemon off;
+pid $work/nginx-$RANDOM.pid;
+error_log /dev/null crit;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
+  uwsgi_temp_path $work; scgi_temp_path $work;
+  keepalive_requests 1000000;
+  $3
+}
+EOF
+}
+
+# Waits for a listener on 127.0.0.1:$1, for up to $2 tries 50 ms apart (default 100: 5 s).
+wait_port() {
+  for _ in $(seq 1 "${2:-100}"); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "port $1 did not open" >&2
+  return 1
+}
