@@ -16,6 +16,10 @@ use hyper::header::{COOKIE, HOST, SET_COOKIE};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+#[path = "support/url.rs"]
+mod url;
+use url::{Target, parse_url};
+
 async fn one_connection(
     authority: String,
     path: String,
@@ -80,13 +84,7 @@ fn main() -> Result<(), String> {
             "{usage}: COUNT must be a multiple of CONNECTIONS (at most 10,000,000)"
         ));
     }
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("only http:// URLs are supported, not {url:?}"))?;
-    let (authority, path) = match rest.find('/') {
-        Some(slash) => (&rest[..slash], &rest[slash..]),
-        None => (rest, "/"),
-    };
+    let Target { authority, path } = parse_url(url)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -95,8 +93,8 @@ fn main() -> Result<(), String> {
         let tasks: Vec<_> = (0..connections)
             .map(|_| {
                 tokio::spawn(one_connection(
-                    authority.to_string(),
-                    path.to_string(),
+                    authority.clone(),
+                    path.clone(),
                     count / connections,
                     keep_cookies,
                 ))

@@ -17,24 +17,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-struct Target {
-    authority: String,
-    path: String,
-}
-
-fn parse_url(url: &str) -> Result<Target, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("only http:// URLs are supported, not {url:?}"))?;
-    let (authority, path) = match rest.find('/') {
-        Some(slash) => (&rest[..slash], &rest[slash..]),
-        None => (rest, "/"),
-    };
-    Ok(Target {
-        authority: authority.to_string(),
-        path: path.to_string(),
-    })
-}
+#[path = "support/url.rs"]
+mod url;
+use url::{Target, parse_url};
 
 #[derive(Default)]
 struct Tally {
