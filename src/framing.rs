@@ -131,12 +131,15 @@ impl FramingWatch {
     /// time, so no later request can have been dispatched yet. Bytes hyper read ahead before
     /// then were followed as HTTP/1; had they been tunnel data, whatever the guard concluded
     /// from them concerns requests hyper will never dispatch. Any other answer leaves the
-    /// guard following, as hyper keeps reading requests.
-    pub(crate) fn record_answer(&self, request_was_connect: bool, status: StatusCode) {
-        if status == StatusCode::SWITCHING_PROTOCOLS || (request_was_connect && status.is_success())
-        {
+    /// guard following, as hyper keeps reading requests. Returns whether the connection
+    /// switched.
+    pub(crate) fn record_answer(&self, request_was_connect: bool, status: StatusCode) -> bool {
+        let switched = status == StatusCode::SWITCHING_PROTOCOLS
+            || (request_was_connect && status.is_success());
+        if switched {
             self.switched.store(true, Ordering::Release);
         }
+        switched
     }
 
     fn refuse_from(&self, index: u64, refusal: Refusal) {

@@ -357,7 +357,9 @@ fn connection_builder() -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        // Kept by the connection's IdleDeadline instead: hyper's timer is a new boxed sleep
+        // registered and removed for every request.
+        .header_read_timeout(None)
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
     builder
@@ -394,26 +396,28 @@ fn serve_connection(
         let app = app.clone();
         let watch = watch.clone();
         let refusal = watch.next_refusal();
-        // Held by the request's future, then by its response body: open until either ends.
-        let stream = if req.version() == http::Version::HTTP_2 {
-            Some(activity.stream_opened())
+        // Held by the request's future, then by its response body: open until either ends,
+        // and the connection's idle deadline does not run meanwhile.
+        let exchange = if req.version() == http::Version::HTTP_2 {
+            activity.stream_opened()
         } else {
-            activity.request_arrived();
-            None
+            activity.exchange_opened()
         };
         async move {
-            if let Some(refusal) = refusal {
-                return Ok::<_, Infallible>(refused_framing(&app, &req, refusal));
-            }
-            let connect = req.method() == http::Method::CONNECT;
-            let response = handle_recovering(app, conn, req).await;
-            // Before hyper writes it: the guard may stop once the connection leaves HTTP/1.
-            watch.record_answer(connect, response.status());
-            let response = match stream {
-                Some(stream) => response.map(|body| Body::new(CountedBody::new(body, stream))),
-                None => response,
+            let response = match refusal {
+                Some(refusal) => refused_framing(&app, &req, refusal),
+                None => {
+                    let connect = req.method() == http::Method::CONNECT;
+                    let response = handle_recovering(app, conn, req).await;
+                    // Before hyper writes it: the guard may stop once the connection leaves
+                    // HTTP/1, and a tunnel has no idle deadline.
+                    if watch.record_answer(connect, response.status()) {
+                        exchange.tunnel_opened();
+                    }
+                    response
+                }
             };
-            Ok::<_, Infallible>(response)
+            Ok::<_, Infallible>(response.map(|body| Body::new(CountedBody::new(body, exchange))))
         }
     });
     let builder = builder.clone();

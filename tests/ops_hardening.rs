@@ -1484,3 +1484,72 @@ async fn idle_http2_connections_say_goaway_before_closing() {
         "closed after {closed_at:?}"
     );
 }
+
+/// Reads from `stream` until `wanted` has been seen or `limit` passes; returns what came.
+async fn read_until(stream: &mut tokio::net::TcpStream, wanted: &[u8], limit: Duration) -> Vec<u8> {
+    let mut seen = Vec::new();
+    let read = async {
+        let mut chunk = [0u8; 4096];
+        while !seen.windows(wanted.len()).any(|w| w == wanted) {
+            match tokio::io::AsyncReadExt::read(stream, &mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(limit, read).await;
+    seen
+}
+
+// The header timeout (10 s) bounds the wait for a request head, never an answer in progress
+// or a tunnel: a response streamed for longer, and a WebSocket silent for longer, both carry on.
+#[tokio::test]
+async fn answers_and_tunnels_outlast_the_header_timeout() {
+    use tokio::io::AsyncWriteExt as _;
+    let streaming = origins::streaming_origin(7, Duration::from_secs(2));
+    let streamed = concert(&["-upstream", &streaming.url()]).await;
+    let mut stream = tokio::net::TcpStream::connect(streamed.addr).await.unwrap();
+    stream
+        .write_all(b"GET /feed HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let answer = read_until(&mut stream, b"chunk 6\n", Duration::from_secs(20)).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        text.contains("chunk 6\n"),
+        "cut off after {:?}: {text}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(11),
+        "{:?}",
+        started.elapsed()
+    );
+    // The connection is still good for the next request.
+    stream
+        .write_all(b"GET /again HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let again = read_until(&mut stream, b"chunk 0\n", Duration::from_secs(5)).await;
+    assert!(String::from_utf8_lossy(&again).starts_with("HTTP/1.1 200"));
+
+    let echo = origins::ws_echo_origin();
+    let tunnelled = concert(&["-upstream", &echo.url(), "-bypass", "/ws"]).await;
+    let mut stream = tokio::net::TcpStream::connect(tunnelled.addr)
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        .await
+        .unwrap();
+    let handshake = read_until(&mut stream, b"\r\n\r\n", Duration::from_secs(5)).await;
+    assert!(String::from_utf8_lossy(&handshake).starts_with("HTTP/1.1 101 "));
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    // A masked text frame (all-zero mask) after the silence is still echoed.
+    let mut frame = vec![0x81, 0x80 | 5, 0, 0, 0, 0];
+    frame.extend_from_slice(b"later");
+    stream.write_all(&frame).await.unwrap();
+    let echoed = read_until(&mut stream, b"later", Duration::from_secs(5)).await;
+    assert!(echoed.windows(5).any(|w| w == b"later"), "{echoed:?}");
+}
