@@ -104,11 +104,12 @@ impl ConnectionActivity {
         self.close_requested.load(Ordering::Relaxed)
     }
 
-    /// What the connection's reads wait for. `None`: no deadline; `Close`: `limit` after the
-    /// last stream of an HTTP/2 connection ended, the polite close is due; `Fail`: reads fail,
-    /// `limit` after opening while no request has come, or [`GOAWAY_GRACE`] after a polite
-    /// close was asked. The flag says whether the reader must stay registered for stream
-    /// endings.
+    /// What the connection's reads wait for. `None`: no deadline while an exchange is open;
+    /// `Never`: none again (a tunnel); `AfterLastWrite`: an HTTP/1 connection between
+    /// exchanges, `limit` after its last write; `Close`: `limit` after the last stream of an
+    /// HTTP/2 connection ended, the polite close is due; `Fail`: reads fail, `limit` after
+    /// opening while no request has come, or [`GOAWAY_GRACE`] after a polite close was asked.
+    /// The flag says whether the reader must stay registered for stream endings.
     fn deadline(&self, limit: Duration) -> (Deadline, bool) {
         if !self.first_arrived.load(Ordering::Relaxed) {
             return (Deadline::Fail(self.since + limit), true);
