@@ -38,6 +38,13 @@ pub enum PersistError {
     Corrupt { path: PathBuf, message: String },
 }
 
+/// How long opening a data directory waits for its lock. The lock belongs to the open file,
+/// so a process that forked while the previous instance held it (a supervisor or test harness
+/// starting something else) keeps it held until that child execs or exits, a moment after the
+/// previous instance let go; a restart right then would otherwise be refused.
+pub const LOCK_PATIENCE: Duration = Duration::from_millis(500);
+const LOCK_RETRY: Duration = Duration::from_millis(10);
+
 /// An opened, locked data directory. The lock is held for the life of the value.
 #[derive(Debug)]
 pub struct DataDir {
@@ -49,8 +56,8 @@ pub struct DataDir {
 }
 
 impl DataDir {
-    /// Creates the directory (0700) if needed, then takes its lock, failing at once when another
-    /// process holds it.
+    /// Creates the directory (0700) if needed, then takes its lock, failing when another
+    /// process still holds it after [`LOCK_PATIENCE`].
     pub fn open(path: &Path) -> Result<DataDir, PersistError> {
         let dir_error = |source| PersistError::Dir {
             path: path.to_path_buf(),
@@ -65,14 +72,20 @@ impl DataDir {
             .mode(0o600)
             .open(path.join(LOCK_FILE))
             .map_err(dir_error)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => {
-                return Err(PersistError::Locked {
-                    path: path.to_path_buf(),
-                });
+        let asked = std::time::Instant::now();
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) if asked.elapsed() < LOCK_PATIENCE => {
+                    std::thread::sleep(LOCK_RETRY);
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(PersistError::Locked {
+                        path: path.to_path_buf(),
+                    });
+                }
+                Err(fs::TryLockError::Error(e)) => return Err(dir_error(e)),
             }
-            Err(fs::TryLockError::Error(e)) => return Err(dir_error(e)),
         }
         let dir = DataDir {
             path: path.to_path_buf(),
@@ -515,6 +528,18 @@ mod tests {
         );
         drop(first);
         DataDir::open(root.path()).unwrap();
+    }
+
+    #[test]
+    fn a_lock_let_go_within_the_patience_is_taken() {
+        let root = tempfile::tempdir().unwrap();
+        let first = DataDir::open(root.path()).unwrap();
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(LOCK_PATIENCE / 5);
+            drop(first);
+        });
+        DataDir::open(root.path()).expect("taken once the first let go");
+        letting_go.join().unwrap();
     }
 
     #[test]
