@@ -479,6 +479,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_tunnel_has_no_deadline() {
         let (mut client, mut stream, activity) = guarded();
+        let mut buf = [0u8; 8];
+        // The request's head arrives while the first-request deadline is armed.
+        client.write_all(b"GET").await.unwrap();
+        assert_eq!(stream.read(&mut buf).await.unwrap(), 3);
+        assert!(stream.timer.is_some(), "armed before the first request");
         let exchange = activity.exchange_opened();
         stream
             .write_all(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
@@ -488,7 +493,6 @@ mod tests {
         drop(exchange);
         tokio::time::sleep(Duration::from_secs(120)).await;
         client.write_all(b"frame").await.unwrap();
-        let mut buf = [0u8; 8];
         assert_eq!(stream.read(&mut buf).await.unwrap(), 5);
         assert!(stream.timer.is_none(), "no timer kept for a tunnel");
     }
