@@ -23,7 +23,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 use super::SlotHold;
-use super::headers::HeaderSink;
+use super::headers::{HeaderSink, RESPONSE_HOP_BY_HOP, list_items};
 use super::idle::IdleList;
 use super::pool::{PoolError, PoolLimits, connect_tcp};
 use super::target::Target;
@@ -133,7 +133,8 @@ pub(super) struct DirectPool {
 pub(super) struct Answer {
     pub head: http::response::Parts,
     pub framing: Framing,
-    /// The framing leaves the connection reusable once the body has been read.
+    /// The connection can take another request once the body has been read: the framing
+    /// delimits the body, and the origin neither said it closes nor spoke HTTP/1.0.
     pub reusable: bool,
     pub conn: OriginConn,
 }
@@ -231,7 +232,8 @@ async fn exchange(
     let mut answered = false;
     loop {
         if !conn.buf.is_empty()
-            && let Some((head, framing, reusable)) = parse_head(&mut conn, answers_without_body)?
+            && let Some((head, framing, reusable)) =
+                parse_head(&mut conn.buf, &mut conn.spans, answers_without_body)?
         {
             return Ok(Answer {
                 head,
@@ -256,7 +258,8 @@ async fn exchange(
 /// Parses a complete response head at the front of the buffer, consuming it. Interim (1xx)
 /// answers are skipped; `None` means more bytes are needed.
 fn parse_head(
-    conn: &mut OriginConn,
+    buf: &mut BytesMut,
+    spans: &mut Vec<(HeaderName, usize, usize)>,
     answers_without_body: bool,
 ) -> Result<Option<(http::response::Parts, Framing, bool)>, DirectError> {
     loop {
@@ -266,12 +269,11 @@ fn parse_head(
         let mut parsed = httparse::Response::new(&mut []);
         let mut config = httparse::ParserConfig::default();
         config.allow_spaces_after_header_name_in_responses(true);
-        let len =
-            match config.parse_response_with_uninit_headers(&mut parsed, &conn.buf, &mut slots) {
-                Ok(httparse::Status::Complete(len)) => len,
-                Ok(httparse::Status::Partial) => return Ok(None),
-                Err(err) => return Err(DirectError::Parse(err)),
-            };
+        let len = match config.parse_response_with_uninit_headers(&mut parsed, &*buf, &mut slots) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(err) => return Err(DirectError::Parse(err)),
+        };
         let code = parsed.code.unwrap_or_default();
         let status = StatusCode::from_u16(code).map_err(|_| DirectError::Invalid("status code"))?;
         if status == StatusCode::SWITCHING_PROTOCOLS {
@@ -280,8 +282,8 @@ fn parse_head(
             ));
         }
         if status.is_informational() {
-            conn.buf.advance(len);
-            if conn.buf.is_empty() {
+            buf.advance(len);
+            if buf.is_empty() {
                 return Ok(None);
             }
             continue;
@@ -290,37 +292,88 @@ fn parse_head(
             Some(0) => Version::HTTP_10,
             _ => Version::HTTP_11,
         };
-        let base = conn.buf.as_ptr() as usize;
-        conn.spans.clear();
+        let base = buf.as_ptr() as usize;
+        spans.clear();
+        let mut connection_listed = false;
+        let mut transfer_coded = false;
         for line in parsed.headers.iter() {
             let name = HeaderName::from_bytes(line.name.as_bytes())
                 .map_err(|_| DirectError::Invalid("header name"))?;
+            connection_listed |= name == header::CONNECTION;
+            transfer_coded |= name == header::TRANSFER_ENCODING;
             let start = line.value.as_ptr() as usize - base;
-            conn.spans.push((name, start, start + line.value.len()));
+            spans.push((name, start, start + line.value.len()));
         }
-        let raw = conn.buf.split_to(len).freeze();
+        let (found, head_bytes) = (&*spans, &*buf);
+        let values_of = |wanted: HeaderName| {
+            found
+                .iter()
+                .filter(move |(name, _, _)| *name == wanted)
+                .map(|&(_, start, end)| &head_bytes[start..end])
+        };
+        let (framing, framing_reusable) = framing_of(
+            status,
+            answers_without_body,
+            values_of(header::TRANSFER_ENCODING).next_back(),
+            values_of(header::CONTENT_LENGTH),
+        )?;
+        let connection_tokens = || {
+            values_of(header::CONNECTION)
+                .flat_map(list_items)
+                .filter(|token| !token.eq_ignore_ascii_case(b"keep-alive"))
+        };
+        let closes = connection_listed
+            && connection_tokens().any(|token| token.eq_ignore_ascii_case(b"close"));
+        // Beyond `keep-alive` and `close`, which name no header the answer keeps, an origin's
+        // `Connection` rarely lists anything; only then is each header looked up in it.
+        let names_more = connection_listed
+            && connection_tokens().any(|token| !token.eq_ignore_ascii_case(b"close"));
+        let connection_values: Vec<(usize, usize)> = if names_more {
+            spans
+                .iter()
+                .filter(|(name, _, _)| *name == header::CONNECTION)
+                .map(|&(_, start, end)| (start, end))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let raw = buf.split_to(len).freeze();
         // Room for what the proxy adds on the way out (the admission pass and priority
         // cookies), so adding them does not regrow the map.
-        let mut headers = HeaderMap::with_capacity(conn.spans.len() + RESPONSE_HEADROOM);
-        for (name, start, end) in conn.spans.drain(..) {
+        let mut headers = HeaderMap::with_capacity(spans.len() + RESPONSE_HEADROOM);
+        for (name, start, end) in spans.drain(..) {
+            // Hop-by-hop headers are left out rather than removed afterwards (a removal hashes
+            // the name): those RFC 9110 §7.6.1 names, those the origin's `Connection` lists,
+            // and a length beside a transfer coding (RFC 9112 §6.3).
+            if RESPONSE_HOP_BY_HOP.contains(&name)
+                || (transfer_coded && name == header::CONTENT_LENGTH)
+                || connection_values
+                    .iter()
+                    .flat_map(|&(start, end)| list_items(&raw[start..end]))
+                    .any(|token| token.eq_ignore_ascii_case(name.as_str().as_bytes()))
+            {
+                continue;
+            }
             let value = HeaderValue::from_maybe_shared(raw.slice(start..end))
                 .map_err(|_| DirectError::Invalid("header value"))?;
             headers.append(name, value);
         }
-        let (framing, reusable) = framing_of(status, &mut headers, answers_without_body)?;
         let (mut head, ()) = http::Response::new(()).into_parts();
         head.status = status;
         head.version = version;
         head.headers = headers;
+        // An origin that says it closes, or speaks HTTP/1.0, does not get the connection back.
+        let reusable = framing_reusable && !closes && version == Version::HTTP_11;
         return Ok(Some((head, framing, reusable)));
     }
 }
 
 /// How the body is delimited, and whether that leaves the connection reusable afterwards.
-fn framing_of(
+fn framing_of<'h>(
     status: StatusCode,
-    headers: &mut HeaderMap,
     answers_without_body: bool,
+    last_transfer_coding: Option<&[u8]>,
+    mut content_lengths: impl Iterator<Item = &'h [u8]>,
 ) -> Result<(Framing, bool), DirectError> {
     if answers_without_body
         || status == StatusCode::NO_CONTENT
@@ -328,19 +381,14 @@ fn framing_of(
     {
         return Ok((Framing::Empty, true));
     }
-    if let Some(last) = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-    {
-        let chunked = last
-            .as_bytes()
+    if let Some(coding) = last_transfer_coding {
+        let chunked = coding
             .rsplit(|&b| b == b',')
             .next()
             .is_some_and(|coding| coding.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         // A length next to a transfer coding is ignored, and the message was a smuggling
         // attempt or a broken origin: the connection is not trusted again (RFC 9112 §6.3).
-        let had_length = headers.remove(header::CONTENT_LENGTH).is_some();
+        let had_length = content_lengths.next().is_some();
         return Ok(if chunked {
             (Framing::Chunked(Chunk::Size), !had_length)
         } else {
@@ -348,8 +396,8 @@ fn framing_of(
         });
     }
     let mut length: Option<u64> = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for item in value.as_bytes().split(|&b| b == b',') {
+    for value in content_lengths {
+        for item in value.split(|&b| b == b',') {
             let parsed =
                 parse_decimal(item.trim_ascii()).ok_or(DirectError::Invalid("content-length"))?;
             if length.is_some_and(|seen| seen != parsed) {
@@ -450,14 +498,13 @@ enum Step {
 impl DirectBody {
     pub(super) fn new(
         answer: Answer,
-        reusable: bool,
         pool: &Arc<DirectPool>,
         hold: Option<SlotHold>,
     ) -> (http::response::Parts, DirectBody) {
         let mut body = DirectBody {
             conn: Some(answer.conn),
             framing: answer.framing,
-            reusable: reusable && answer.reusable,
+            reusable: answer.reusable,
             pool: Arc::clone(pool),
             hold,
             failure: None,
@@ -795,7 +842,7 @@ mod tests {
     > {
         let head = format!("{method} /x HTTP/1.1\r\nhost: origin\r\n\r\n");
         let answer = pool.send(&method, head.as_bytes()).await?;
-        let (head, body) = DirectBody::new(answer, true, pool, None);
+        let (head, body) = DirectBody::new(answer, pool, None);
         Ok((head.status, head.headers, drain(body).await))
     }
 
@@ -807,36 +854,135 @@ mod tests {
     );
     type IsExpected = fn(&DirectError) -> bool;
 
+    /// Response lines drawn from names and values that exercise the hop-by-hop rules.
+    fn response_lines()
+    -> impl proptest::strategy::Strategy<Value = Vec<(&'static str, &'static str)>> {
+        const NAMES: &[&str] = &[
+            "Connection",
+            "connection",
+            "Keep-Alive",
+            "Transfer-Encoding",
+            "Content-Length",
+            "TE",
+            "Upgrade",
+            "Proxy-Authenticate",
+            "Set-Cookie",
+            "X-A",
+            "x-a",
+            "Trailer",
+        ];
+        const VALUES: &[&str] = &[
+            "close",
+            "keep-alive",
+            "Keep-Alive, X-A",
+            "x-a , close",
+            "set-cookie",
+            "chunked",
+            "gzip, chunked",
+            "chunked, gzip",
+            "5",
+            "5, 5",
+            "6",
+            "Content-Length",
+            "transfer-encoding",
+            "upgrade",
+            "",
+        ];
+        proptest::collection::vec(
+            (
+                proptest::sample::select(NAMES),
+                proptest::sample::select(VALUES),
+            ),
+            0..8,
+        )
+    }
+
+    proptest::proptest! {
+        /// Leaving hop-by-hop headers out while parsing gives what building the whole map and
+        /// then stripping it (as the pooled client's answers are) gives.
+        #[test]
+        fn parsed_heads_match_the_stripped_map(
+            lines in response_lines(),
+            status in proptest::sample::select(&[200u16, 204, 304, 404][..]),
+            head_request: bool,
+            http_10: bool,
+        ) {
+            let mut raw = format!("HTTP/1.{} {status} X\r\n", u8::from(!http_10));
+            let mut whole = HeaderMap::new();
+            for (name, value) in &lines {
+                raw.push_str(&format!("{name}: {value}\r\n"));
+                whole.append(
+                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    HeaderValue::from_static(value),
+                );
+            }
+            raw.push_str("\r\n");
+            let status = StatusCode::from_u16(status).unwrap();
+            let last_coding = whole
+                .get_all(header::TRANSFER_ENCODING)
+                .iter()
+                .next_back()
+                .map(HeaderValue::as_bytes);
+            let lengths = whole.get_all(header::CONTENT_LENGTH).iter().map(HeaderValue::as_bytes);
+            let expected = framing_of(status, head_request, last_coding, lengths);
+            let mut buf = BytesMut::from(raw.as_bytes());
+            let parsed = parse_head(&mut buf, &mut Vec::new(), head_request);
+            let (parsed, expected) = match (parsed, expected) {
+                (Err(_), Err(_)) => return Ok(()),
+                (Ok(Some(parsed)), Ok(expected)) => (parsed, expected),
+                (parsed, expected) => {
+                    return Err(proptest::test_runner::TestCaseError::fail(format!(
+                        "parsed {parsed:?}, expected {expected:?}"
+                    )))
+                }
+            };
+            let (head, framing, reusable) = parsed;
+            let closes = super::super::headers::strip_response(&mut whole, false);
+            proptest::prop_assert!(buf.is_empty());
+            proptest::prop_assert_eq!(framing, expected.0);
+            proptest::prop_assert_eq!(reusable, expected.1 && !closes && !http_10);
+            let names: std::collections::BTreeSet<_> =
+                head.headers.keys().chain(whole.keys()).map(HeaderName::as_str).collect();
+            for name in names {
+                let kept: Vec<_> = head.headers.get_all(name).iter().collect();
+                let stripped: Vec<_> = whole.get_all(name).iter().collect();
+                proptest::prop_assert_eq!(kept, stripped, "{}", name);
+            }
+        }
+    }
+
     #[test]
     fn framing_follows_rfc_9112() {
         let framing = |status: u16, pairs: &[(&str, &str)], head_request: bool| {
-            let mut headers = HeaderMap::new();
-            for (name, value) in pairs {
-                headers.append(
-                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                    HeaderValue::from_str(value).unwrap(),
-                );
-            }
+            let values_of = |wanted: &'static str| {
+                pairs
+                    .iter()
+                    .filter(move |(name, _)| *name == wanted)
+                    .map(|(_, value)| value.as_bytes())
+            };
             let status = StatusCode::from_u16(status).unwrap();
-            framing_of(status, &mut headers, head_request).map(|found| (found, headers))
+            let last_coding = values_of("transfer-encoding").next_back();
+            framing_of(
+                status,
+                head_request,
+                last_coding,
+                values_of("content-length"),
+            )
         };
         let length = [("content-length", "5")];
+        assert_eq!(framing(200, &length, true).unwrap(), (Framing::Empty, true));
+        assert_eq!(framing(204, &[], false).unwrap(), (Framing::Empty, true));
         assert_eq!(
-            framing(200, &length, true).unwrap().0,
-            (Framing::Empty, true)
-        );
-        assert_eq!(framing(204, &[], false).unwrap().0, (Framing::Empty, true));
-        assert_eq!(
-            framing(304, &length, false).unwrap().0,
+            framing(304, &length, false).unwrap(),
             (Framing::Empty, true)
         );
         assert_eq!(
-            framing(200, &length, false).unwrap().0,
+            framing(200, &length, false).unwrap(),
             (Framing::Length(5), true)
         );
         let repeated = [("content-length", "5, 5"), ("content-length", "5")];
         assert_eq!(
-            framing(200, &repeated, false).unwrap().0,
+            framing(200, &repeated, false).unwrap(),
             (Framing::Length(5), true)
         );
         for bad in [
@@ -849,20 +995,19 @@ mod tests {
         }
         let chunked = [("transfer-encoding", "gzip, chunked")];
         assert_eq!(
-            framing(200, &chunked, false).unwrap().0,
+            framing(200, &chunked, false).unwrap(),
             (Framing::Chunked(Chunk::Size), true)
         );
         let not_last = [("transfer-encoding", "chunked, gzip")];
         assert_eq!(
-            framing(200, &not_last, false).unwrap().0,
+            framing(200, &not_last, false).unwrap(),
             (Framing::UntilClose, false)
         );
         let both = [("transfer-encoding", "chunked"), ("content-length", "5")];
-        let (found, headers) = framing(200, &both, false).unwrap();
+        let found = framing(200, &both, false).unwrap();
         assert_eq!(found, (Framing::Chunked(Chunk::Size), false));
-        assert!(!headers.contains_key(header::CONTENT_LENGTH));
         assert_eq!(
-            framing(200, &[], false).unwrap().0,
+            framing(200, &[], false).unwrap(),
             (Framing::UntilClose, false)
         );
     }

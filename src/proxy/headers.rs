@@ -100,7 +100,7 @@ impl ConnectionList {
 }
 
 /// Items of a comma-separated header value, trimmed, empties skipped.
-fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(super) fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value
         .split(|&b| b == b',')
         .map(<[u8]>::trim_ascii)
@@ -382,7 +382,7 @@ fn append_public_pairs(out: &mut Vec<u8>, value: &[u8]) {
 const RESPONSE_HOP_BY_HOP_COUNT: usize = 8;
 
 /// Headers that never travel past one hop of a response (`Upgrade` stays on a 101).
-static RESPONSE_HOP_BY_HOP: [HeaderName; RESPONSE_HOP_BY_HOP_COUNT] = [
+pub(super) static RESPONSE_HOP_BY_HOP: [HeaderName; RESPONSE_HOP_BY_HOP_COUNT] = [
     header::CONNECTION,
     KEEP_ALIVE,
     PROXY_CONNECTION,

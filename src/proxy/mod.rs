@@ -489,13 +489,12 @@ impl Proxy {
             },
             None => sent.await.map_err(UpstreamFailure::from),
         };
-        let mut answer = match answered {
+        let answer = match answered {
             Ok(answer) => answer,
             Err(failure) => return upstream_failed(&method, ctx, &failure),
         };
-        let origin_closes = headers::strip_response(&mut answer.head.headers, false);
-        let reusable = !origin_closes && answer.head.version == Version::HTTP_11;
-        let (mut head, body) = DirectBody::new(answer, reusable, pool, hold);
+        // The direct pool's answer comes without hop-by-hop headers already.
+        let (mut head, body) = DirectBody::new(answer, pool, hold);
         as_own_response(&mut head);
         Response::from_parts(head, Body::new(body))
     }
