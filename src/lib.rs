@@ -8,6 +8,7 @@
 pub mod abuse;
 pub mod assets;
 pub mod client;
+pub mod coarse_clock;
 pub mod config;
 pub mod cookies;
 pub mod demo;

@@ -10,7 +10,7 @@
 //! once and cloned per use.
 
 use std::cell::RefCell;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -359,10 +359,7 @@ pub fn new_pass_id() -> Option<PassId> {
 
 /// The wall clock in unix seconds (passes carry wall-clock expiries so they survive restarts).
 pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_secs())
-        .unwrap_or(0)
+    crate::coarse_clock::unix_seconds()
 }
 
 #[cfg(test)]

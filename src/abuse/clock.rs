@@ -1,7 +1,7 @@
 //! Wall-clock time for the registry, injectable so tests can move it by hand.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// A source of wall-clock time in unix nanoseconds.
 pub trait Clock: Send + Sync {
@@ -14,11 +14,9 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_nanos(&self) -> i64 {
-        match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(since) => i64::try_from(since.as_nanos()).unwrap_or(i64::MAX - 1),
-            // A clock set before 1970 is broken; treat it as the epoch rather than fail.
-            Err(_) => 0,
-        }
+        // Bans and rate windows count in seconds: a clock read to the scheduler tick will do.
+        // A clock set before 1970 is broken and reads as the epoch.
+        i64::try_from(crate::coarse_clock::since_unix_epoch().as_nanos()).unwrap_or(i64::MAX - 1)
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// Lists kept apart; workers beyond this share them round-robin.
 const SHARDS: usize = 64;
@@ -54,7 +54,7 @@ impl<T> IdleList<T> {
         let entries = self.entries();
         let (entry, since) = entries.lock().pop_back()?;
         self.released(1);
-        if since.elapsed() < self.idle_timeout {
+        if crate::coarse_clock::instant().saturating_duration_since(since) < self.idle_timeout {
             return Some(entry);
         }
         let expired = std::mem::take(&mut *entries.lock());
@@ -69,7 +69,7 @@ impl<T> IdleList<T> {
     /// otherwise only noticed when the newest is taken, so the oldest is retired here when it
     /// has expired, one per return, and stale entries do not sit at the bottom for ever.
     pub(super) fn push(&self, entry: T) {
-        let now = Instant::now();
+        let now = crate::coarse_clock::instant();
         let mut entries = self.entries().lock();
         let expired = match entries.front() {
             Some((_, since)) if now.duration_since(*since) >= self.idle_timeout => {

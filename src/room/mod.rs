@@ -418,9 +418,21 @@ impl Drop for PageSlot {
     }
 }
 
+/// The room counts in milliseconds, so the coarse clock serves. Unit tests keep tokio's clock,
+/// which they pause and move by hand.
+#[cfg(not(test))]
+fn room_clock() -> Instant {
+    Instant::from_std(crate::coarse_clock::instant())
+}
+
+#[cfg(test)]
+fn room_clock() -> Instant {
+    Instant::now()
+}
+
 impl Shared {
     fn now_ms(&self) -> u64 {
-        let elapsed = Instant::now().saturating_duration_since(self.epoch);
+        let elapsed = room_clock().saturating_duration_since(self.epoch);
         CLOCK_BIAS_MS + duration_ms(elapsed)
     }
 
