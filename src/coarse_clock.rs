@@ -53,6 +53,12 @@ pub fn instant() -> Instant {
     }
 }
 
+/// [`instant`] as tokio's type, for the deadlines of tokio's timers. Not for code whose tests
+/// pause tokio's clock: this one keeps running.
+pub fn tokio_instant() -> tokio::time::Instant {
+    tokio::time::Instant::from_std(instant())
+}
+
 #[cfg(target_os = "linux")]
 fn monotonic_coarse() -> Duration {
     let now = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);

@@ -483,10 +483,15 @@ impl Proxy {
         // what it awaits, and this one is part of every proxied page's future.
         let sent = pool.send(&method, &head);
         let answered = match self.header_timeout {
-            Some(limit) => match tokio::time::timeout(limit, sent).await {
-                Ok(answered) => answered.map_err(UpstreamFailure::from),
-                Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
-            },
+            // Counted from the coarse clock: a limit of seconds does not need a precise read.
+            Some(limit) => {
+                match tokio::time::timeout_at(crate::coarse_clock::tokio_instant() + limit, sent)
+                    .await
+                {
+                    Ok(answered) => answered.map_err(UpstreamFailure::from),
+                    Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
+                }
+            }
             None => sent.await.map_err(UpstreamFailure::from),
         };
         let answer = match answered {

@@ -422,7 +422,7 @@ impl Drop for PageSlot {
 /// which they pause and move by hand.
 #[cfg(not(test))]
 fn room_clock() -> Instant {
-    Instant::from_std(crate::coarse_clock::instant())
+    crate::coarse_clock::tokio_instant()
 }
 
 #[cfg(test)]
