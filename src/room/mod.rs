@@ -418,8 +418,9 @@ impl Drop for PageSlot {
     }
 }
 
-/// The room counts in milliseconds, so the coarse clock serves. Unit tests keep tokio's clock,
-/// which they pause and move by hand.
+/// The room counts in milliseconds, so the coarse clock (one scheduler tick, 1 to 10 ms) serves
+/// its timelines of seconds and minutes. Unit tests keep tokio's clock, which they pause and
+/// move by hand.
 #[cfg(not(test))]
 fn room_clock() -> Instant {
     crate::coarse_clock::tokio_instant()
@@ -432,8 +433,17 @@ fn room_clock() -> Instant {
 
 impl Shared {
     fn now_ms(&self) -> u64 {
-        let elapsed = room_clock().saturating_duration_since(self.epoch);
-        CLOCK_BIAS_MS + duration_ms(elapsed)
+        self.ms_at(room_clock())
+    }
+
+    /// [`Shared::now_ms`] from the precise clock, for the status poll: its one-second throttle
+    /// must not turn away a client polling every second because two ticks rounded differently.
+    fn precise_now_ms(&self) -> u64 {
+        self.ms_at(Instant::now())
+    }
+
+    fn ms_at(&self, instant: Instant) -> u64 {
+        CLOCK_BIAS_MS + duration_ms(instant.saturating_duration_since(self.epoch))
     }
 
     fn instant_of(&self, ms: u64) -> Instant {

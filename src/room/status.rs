@@ -39,7 +39,7 @@ impl Room {
         };
         let shared = &self.shared;
         let settings = shared.settings.load();
-        let now = shared.now_ms();
+        let now = shared.precise_now_ms();
         let mut shard = shared.tokens.lock_for(&token);
         let Some(mut entry) = shard.get(&token).copied() else {
             return PollOutcome::Ready;
