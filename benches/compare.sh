@@ -16,6 +16,8 @@
 #                                       # browser does (the default page mode sends no cookie, so
 #                                       # Concert signs a new pass for every request)
 #   OPEN_LOOP=0 bash benches/compare.sh # skip the fixed-rate latency runs (page mode)
+#   BODY=32768 bash benches/compare.sh  # the origin answers with a static file of that many
+#                                       # bytes (a page of real size) instead of a 2-byte body
 #
 # After the closed-loop table (wrk), page mode also measures latency open-loop: requests sent at a
 # fixed 50/80/95% of the best proxy's throughput by examples/loadgen.rs, which counts latency from
@@ -36,6 +38,11 @@ CONCERT_PORT=${CONCERT_PORT:-18083}
 RELAY_PORT=${RELAY_PORT:-18084}
 MODE=${MODE:-page}
 OPEN_LOOP=${OPEN_LOOP:-1}
+BODY=${BODY:-}
+if [ -n "$BODY" ] && ! [[ "$BODY" =~ ^[0-9]+$ ]]; then
+  echo "BODY must be a number of bytes, not '$BODY'" >&2
+  exit 2
+fi
 
 BENCH_PATH=/bench
 CONCERT_EXTRA=()
@@ -96,7 +103,15 @@ pin_proxy() { # $1 = workers
 }
 
 start_origin() {
-  nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { return 200 'ok'; } }"
+  local answer="return 200 'ok';"
+  if [ -n "$BODY" ]; then
+    # The same file under every path a mode requests, served from memory after the first read.
+    mkdir -p "$work/www/static"
+    head -c "$BODY" /dev/zero | tr '\0' 'x' >"$work/www${BENCH_PATH}"
+    cp "$work/www${BENCH_PATH}" "$work/www/index.html"
+    answer="root $work/www;"
+  fi
+  nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { $answer } }"
   (if [ "$cpus" -ge 2 ]; then exec taskset -c 1 "$NGINX" -c "$work/origin.conf" -p "$work"
    else exec "$NGINX" -c "$work/origin.conf" -p "$work"; fi) &
   pid_origin=$!
@@ -216,7 +231,9 @@ median() { sort -n | awk '{a[NR]=$1} END {if (NR==0) print "-"; else print a[int
 
 start_origin
 wait_port "$ORIGIN_PORT"
-echo "fast origin: nginx 'return 200' on 127.0.0.1:$ORIGIN_PORT; wrk -t1 -c$CONNS, ${DURATION}s per run, $ROUNDS rounds; mode $MODE ($BENCH_PATH)"
+origin_answer="'return 200'"
+[ -n "$BODY" ] && origin_answer="a static $BODY-byte file"
+echo "fast origin: nginx $origin_answer on 127.0.0.1:$ORIGIN_PORT; wrk -t1 -c$CONNS, ${DURATION}s per run, $ROUNDS rounds; mode $MODE ($BENCH_PATH)"
 echo
 
 for workers in $WORKERS; do

@@ -9,6 +9,9 @@
 
 use tokio::net::{TcpListener, TcpStream};
 
+/// Bytes copied per read, each way.
+const RELAY_BUFFER: usize = 64 * 1024;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(origin)) = (args.next(), args.next()) else {
@@ -64,7 +67,15 @@ async fn serve(listen: &str, origin: &str) -> std::io::Result<()> {
             // Proxies under test all disable Nagle on both sides; so does the ceiling.
             let _ = client.set_nodelay(true);
             let _ = upstream.set_nodelay(true);
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            // Large pieces: with tokio's default 8 KB a large answer takes many more system
+            // calls, and the ceiling would be the slowest path of all.
+            let _ = tokio::io::copy_bidirectional_with_sizes(
+                &mut client,
+                &mut upstream,
+                RELAY_BUFFER,
+                RELAY_BUFFER,
+            )
+            .await;
         });
     }
 }
