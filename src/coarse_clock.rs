@@ -2,10 +2,10 @@
 //!
 //! Every proxied page reads the time several times (pass expiry, the abuse registry, the room's
 //! admission clock, the origin connection pool). A precise read scales the CPU's time-stamp
-//! counter; Linux also keeps a copy of each clock updated once per scheduler tick (1 to 4 ms)
+//! counter; Linux also keeps a copy of each clock updated once per scheduler tick (1 to 10 ms)
 //! that a read only has to load. Nothing these reads feed needs finer than the tick: passes and
-//! bans count in seconds, the room in milliseconds, idle connections in seconds. Other systems
-//! read the precise clocks.
+//! bans count in seconds, the room in milliseconds, idle connections and the origin's answer
+//! time in seconds. Elsewhere than on Linux the precise clocks are read.
 
 #[cfg(target_os = "linux")]
 use std::sync::LazyLock;
@@ -13,15 +13,14 @@ use std::time::{Duration, Instant};
 #[cfg(not(target_os = "linux"))]
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(target_os = "linux")]
+use rustix::time::ClockId;
+
 /// Time since the Unix epoch, to within a scheduler tick; zero if the clock is set before 1970.
 pub fn since_unix_epoch() -> Duration {
     #[cfg(target_os = "linux")]
     {
-        let now = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
-        match (u64::try_from(now.tv_sec), u32::try_from(now.tv_nsec)) {
-            (Ok(secs), Ok(nanos)) => Duration::new(secs, nanos),
-            _ => Duration::ZERO,
-        }
+        read_coarse(ClockId::RealtimeCoarse)
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -43,9 +42,9 @@ pub fn instant() -> Instant {
     #[cfg(target_os = "linux")]
     {
         static START: LazyLock<(Instant, Duration)> =
-            LazyLock::new(|| (Instant::now(), monotonic_coarse()));
+            LazyLock::new(|| (Instant::now(), read_coarse(ClockId::MonotonicCoarse)));
         let (start, coarse_start) = *START;
-        start + monotonic_coarse().saturating_sub(coarse_start)
+        start + read_coarse(ClockId::MonotonicCoarse).saturating_sub(coarse_start)
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -59,14 +58,14 @@ pub fn tokio_instant() -> tokio::time::Instant {
     tokio::time::Instant::from_std(instant())
 }
 
+/// A coarse clock's reading; zero before its origin (a wall clock set before 1970).
 #[cfg(target_os = "linux")]
-fn monotonic_coarse() -> Duration {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
-    // The monotonic clock counts from boot, so neither field is ever negative.
-    Duration::new(
-        u64::try_from(now.tv_sec).unwrap_or(0),
-        u32::try_from(now.tv_nsec).unwrap_or(0),
-    )
+fn read_coarse(clock: ClockId) -> Duration {
+    let now = rustix::time::clock_gettime(clock);
+    match (u64::try_from(now.tv_sec), u32::try_from(now.tv_nsec)) {
+        (Ok(secs), Ok(nanos)) => Duration::new(secs, nanos),
+        _ => Duration::ZERO,
+    }
 }
 
 #[cfg(test)]

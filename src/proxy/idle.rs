@@ -8,10 +8,9 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use std::time::Instant;
 
 /// Lists kept apart; workers beyond this share them round-robin.
 const SHARDS: usize = 64;
