@@ -294,13 +294,9 @@ fn parse_head(
         };
         let base = buf.as_ptr() as usize;
         spans.clear();
-        let mut connection_listed = false;
-        let mut transfer_coded = false;
         for line in parsed.headers.iter() {
             let name = HeaderName::from_bytes(line.name.as_bytes())
                 .map_err(|_| DirectError::Invalid("header name"))?;
-            connection_listed |= name == header::CONNECTION;
-            transfer_coded |= name == header::TRANSFER_ENCODING;
             let start = line.value.as_ptr() as usize - base;
             spans.push((name, start, start + line.value.len()));
         }
@@ -311,23 +307,24 @@ fn parse_head(
                 .filter(move |(name, _, _)| *name == wanted)
                 .map(|&(_, start, end)| &head_bytes[start..end])
         };
+        let last_coding = values_of(header::TRANSFER_ENCODING).next_back();
+        let transfer_coded = last_coding.is_some();
         let (framing, framing_reusable) = framing_of(
             status,
             answers_without_body,
-            values_of(header::TRANSFER_ENCODING).next_back(),
+            last_coding,
             values_of(header::CONTENT_LENGTH),
         )?;
-        let connection_tokens = || {
-            values_of(header::CONNECTION)
-                .flat_map(list_items)
-                .filter(|token| !token.eq_ignore_ascii_case(b"keep-alive"))
-        };
-        let closes = connection_listed
-            && connection_tokens().any(|token| token.eq_ignore_ascii_case(b"close"));
-        // Beyond `keep-alive` and `close`, which name no header the answer keeps, an origin's
-        // `Connection` rarely lists anything; only then is each header looked up in it.
-        let names_more = connection_listed
-            && connection_tokens().any(|token| !token.eq_ignore_ascii_case(b"close"));
+        // `keep-alive` and `close` name no header the answer keeps; anything else an origin's
+        // `Connection` lists is rare, and only then is each header looked up in it.
+        let (mut closes, mut names_more) = (false, false);
+        for token in values_of(header::CONNECTION).flat_map(list_items) {
+            if token.eq_ignore_ascii_case(b"close") {
+                closes = true;
+            } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                names_more = true;
+            }
+        }
         let connection_values: Vec<(usize, usize)> = if names_more {
             spans
                 .iter()
