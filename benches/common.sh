@@ -30,3 +30,16 @@ wait_port() {
   echo "port $1 did not open" >&2
   return 1
 }
+
+# Installs from Debian the packages whose command is missing: each argument is command:package.
+install_missing() {
+  local need=() pair
+  for pair in "$@"; do
+    command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "installing ${need[*]} from Debian" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+}

@@ -61,18 +61,7 @@ case $MODE in
 esac
 WRK_HEADERS=()
 
-install_missing() {
-  local need=()
-  command -v wrk >/dev/null || need+=(wrk)
-  command -v nginx >/dev/null || need+=(nginx-light)
-  command -v haproxy >/dev/null || need+=(haproxy)
-  if [ ${#need[@]} -gt 0 ]; then
-    echo "installing ${need[*]} from Debian" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  fi
-}
-install_missing
+install_missing wrk:wrk nginx:nginx-light haproxy:haproxy
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 

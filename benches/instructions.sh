@@ -24,14 +24,7 @@ LARGE=${LARGE:-10000}
 ORIGIN_PORT=${ORIGIN_PORT:-18180}
 CONCERT_PORT=${CONCERT_PORT:-18183}
 
-need=()
-command -v valgrind >/dev/null || need+=(valgrind)
-command -v nginx >/dev/null || need+=(nginx-light)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing ${need[*]} from Debian" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+install_missing valgrind:valgrind nginx:nginx-light
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 if [ -z "${CONCERT:-}" ]; then
