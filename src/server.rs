@@ -424,9 +424,16 @@ fn serve_connection(
     let connection = builder
         .serve_connection_with_upgrades(io, service)
         .into_owned();
+    // Only read, to learn whether the signal moved (one atomic load).
+    let stop_version = stop_signal.clone();
     async move {
         let mut connection = std::pin::pin!(connection);
         let mut stop = std::pin::pin!(stop_signal.wait_for(|stopping| *stopping));
+        // Polling the stop future locks the channel's waiter list, which every connection of
+        // every worker shares, and the connection is polled several times per request. Once
+        // polled, the task's waker stays registered until the signal moves, so it is polled
+        // again only when it has.
+        let mut stop_registered = false;
         // Once asked (the worker stopping, or an idle HTTP/2 connection), hyper finishes what
         // is in flight and closes: HTTP/1 after the current exchange, HTTP/2 with GOAWAY.
         let mut close_asked = false;
@@ -440,7 +447,12 @@ fn serve_connection(
                 }
                 // The idle deadline asks from inside the reads just polled: no wake-up needed.
                 // A stop signal whose sender is gone counts as a stop.
-                if !idle.close_requested() && stop.as_mut().poll(cx).is_pending() {
+                let mut stopping = idle.close_requested();
+                if !stopping && (!stop_registered || stop_version.has_changed().unwrap_or(true)) {
+                    stop_registered = true;
+                    stopping = stop.as_mut().poll(cx).is_ready();
+                }
+                if !stopping {
                     return Poll::Pending;
                 }
                 connection.as_mut().graceful_shutdown();
