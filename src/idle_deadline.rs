@@ -9,12 +9,13 @@
 //! and removed again: about 4% of the instructions of a proxied page. So Concert keeps these
 //! deadlines itself, with one timer per connection that is moved in place.
 //!
-//! [`IdleDeadline`] wraps the connection's stream and fails its reads once a limit passes:
-//! before the first request; on HTTP/1, once no exchange is open and nothing has been written
-//! for that long (a response still being sent, even slowly, keeps the connection; a request head
-//! must be complete within the limit, counted from the end of the previous answer, as hyper's
-//! own timer counts it). An HTTP/2 connection whose last stream ended that long ago is first
-//! asked to close politely ([`ConnectionActivity::close_requested`]: the connection task then
+//! [`IdleDeadline`] wraps the connection's stream and fails its reads once a limit passes. Two
+//! limits, as the HTTP server Concert was ported from had them: a request head must be complete
+//! within the head limit (10 s), counted for the first request from the connection's opening and
+//! for a later HTTP/1 request from its first bytes; and a keep-alive connection may wait for the
+//! next request, with nothing of it read yet, for the idle limit (120 s) after its last answer was
+//! written (an answer still being sent, even slowly, keeps the connection). An HTTP/2 connection
+//! whose last stream ended the idle limit ago is first asked to close politely ([`ConnectionActivity::close_requested`]: the connection task then
 //! sends GOAWAY, so a client about to reuse the connection knows which of its requests were not
 //! taken and can send them again); its reads fail only if it is still open [`GOAWAY_GRACE`]
 //! later. A connection switched to another protocol (WebSocket, CONNECT) has no deadline.
@@ -105,14 +106,15 @@ impl ConnectionActivity {
     }
 
     /// What the connection's reads wait for. `None`: no deadline while an exchange is open;
-    /// `Never`: none again (a tunnel); `AfterLastWrite`: an HTTP/1 connection between
-    /// exchanges, `limit` after its last write; `Close`: `limit` after the last stream of an
-    /// HTTP/2 connection ended, the polite close is due; `Fail`: reads fail, `limit` after
-    /// opening while no request has come, or [`GOAWAY_GRACE`] after a polite close was asked.
-    /// The flag says whether the reader must stay registered for stream endings.
-    fn deadline(&self, limit: Duration) -> (Deadline, bool) {
+    /// `Never`: none again (a tunnel); `BetweenExchanges`: an HTTP/1 connection waiting for its
+    /// next request (the reader knows its last write and the next head's first bytes);
+    /// `Close`: `limits.idle` after the last stream of an HTTP/2 connection ended, the polite
+    /// close is due; `Fail`: reads fail, `limits.head` after opening while no request has come,
+    /// or [`GOAWAY_GRACE`] after a polite close was asked. The flag says whether the reader must
+    /// stay registered for stream endings.
+    fn deadline(&self, limits: ReadLimits) -> (Deadline, bool) {
         if !self.first_arrived.load(Ordering::Relaxed) {
-            return (Deadline::Fail(self.since + limit), true);
+            return (Deadline::Fail(self.since + limits.head), true);
         }
         if self.tunnelled.load(Ordering::Relaxed) {
             return (Deadline::Never, false);
@@ -124,10 +126,10 @@ impl ConnectionActivity {
         if !multiplexed {
             // hyper reads for the next request head as soon as it has answered, so no
             // wake-up is needed when an HTTP/1 exchange ends.
-            return (Deadline::AfterLastWrite, false);
+            return (Deadline::BetweenExchanges, false);
         }
         let quiet_from = Duration::from_millis(self.quiet_from_ms.load(Ordering::Relaxed));
-        let idle_at = self.since + quiet_from + limit;
+        let idle_at = self.since + quiet_from + limits.idle;
         if self.close_requested.load(Ordering::Relaxed) {
             (Deadline::Fail(idle_at + GOAWAY_GRACE), true)
         } else {
@@ -161,8 +163,9 @@ enum Deadline {
     None,
     /// Never again: the connection is a tunnel.
     Never,
-    /// HTTP/1 between exchanges: the limit after the last write.
-    AfterLastWrite,
+    /// HTTP/1 between exchanges: the idle limit after the last write, or the head limit after
+    /// the next head's first bytes.
+    BetweenExchanges,
     Close(Instant),
     Fail(Instant),
 }
@@ -219,12 +222,23 @@ impl<B: Body> Body for CountedBody<B> {
     }
 }
 
+/// How long a client connection's reads may wait; see the module's documentation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadLimits {
+    /// For a request head: the first from the connection's opening, a later HTTP/1 one from its
+    /// first bytes.
+    pub head: Duration,
+    /// For the next request on a keep-alive connection, from the last answer (HTTP/1) or the
+    /// last stream's end (HTTP/2).
+    pub idle: Duration,
+}
+
 /// A client stream whose reads fail with `TimedOut` at the [`ConnectionActivity`] deadline;
 /// writes pass through, noted for the HTTP/1 deadline.
 pub(crate) struct IdleDeadline<T> {
     inner: T,
     activity: Arc<ConnectionActivity>,
-    limit: Duration,
+    limits: ReadLimits,
     /// The timer and the instant it is set for. Kept while no deadline applies (it may then
     /// wake the task once for nothing), so a busy connection moves one timer forward instead
     /// of making a new one per request; dropped for a tunnel.
@@ -234,17 +248,26 @@ pub(crate) struct IdleDeadline<T> {
     /// The last write could not go out (the client is not reading): like hyper, no deadline
     /// runs while an answer is still on its way.
     write_blocked: bool,
+    /// Bytes have been read since the last write: on HTTP/1 between exchanges, the start of the
+    /// next request head.
+    head_begun: bool,
+    /// When the deadline first saw `head_begun`: right after the read that set it, as hyper
+    /// reads again at once when a head is incomplete. Stamped there rather than in the read, so
+    /// a complete head, answered without another read, costs no clock read.
+    head_begun_at: Option<Instant>,
 }
 
 impl<T> IdleDeadline<T> {
-    pub(crate) fn new(inner: T, activity: Arc<ConnectionActivity>, limit: Duration) -> Self {
+    pub(crate) fn new(inner: T, activity: Arc<ConnectionActivity>, limits: ReadLimits) -> Self {
         IdleDeadline {
             inner,
             activity,
-            limit,
+            limits,
             timer: None,
             last_write: None,
             write_blocked: false,
+            head_begun: false,
+            head_begun_at: None,
         }
     }
 
@@ -254,6 +277,8 @@ impl<T> IdleDeadline<T> {
             Poll::Ready(Ok(_)) => {
                 self.last_write = Some(Instant::now());
                 self.write_blocked = false;
+                self.head_begun = false;
+                self.head_begun_at = None;
             }
             Poll::Pending => self.write_blocked = true,
         }
@@ -262,7 +287,7 @@ impl<T> IdleDeadline<T> {
     /// Whether reads must fail now; asks for the polite close when that is due, and arms,
     /// moves or drops the timer as the activity says.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        let (deadline, watch_streams) = self.activity.deadline(self.limit);
+        let (deadline, watch_streams) = self.activity.deadline(self.limits);
         if watch_streams {
             self.activity.reader.register(cx.waker());
         }
@@ -272,13 +297,18 @@ impl<T> IdleDeadline<T> {
                 self.timer = None;
                 return false;
             }
-            Deadline::AfterLastWrite => {
+            Deadline::BetweenExchanges => {
                 if self.write_blocked {
                     return false;
                 }
-                // An exchange has ended, so its answer has been written.
-                let last_write = *self.last_write.get_or_insert_with(Instant::now);
-                last_write + self.limit
+                if self.head_begun {
+                    let begun = *self.head_begun_at.get_or_insert_with(Instant::now);
+                    begun + self.limits.head
+                } else {
+                    // An exchange has ended, so its answer has been written.
+                    let last_write = *self.last_write.get_or_insert_with(Instant::now);
+                    last_write + self.limits.idle
+                }
             }
             Deadline::Close(at) => {
                 if self.wait_until(at, cx) {
@@ -325,7 +355,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for IdleDeadline<T> {
                 "no request within the idle timeout",
             )));
         }
-        Pin::new(&mut this.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.head_begun = true;
+        }
+        read
     }
 }
 
@@ -377,7 +412,12 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-    const LIMIT: Duration = Duration::from_secs(10);
+    const HEAD: Duration = Duration::from_secs(10);
+    const IDLE: Duration = Duration::from_secs(120);
+    const LIMITS: ReadLimits = ReadLimits {
+        head: HEAD,
+        idle: IDLE,
+    };
 
     fn guarded() -> (
         tokio::io::DuplexStream,
@@ -386,7 +426,7 @@ mod tests {
     ) {
         let (client, server) = tokio::io::duplex(64);
         let activity = Arc::new(ConnectionActivity::default());
-        let stream = IdleDeadline::new(server, activity.clone(), LIMIT);
+        let stream = IdleDeadline::new(server, activity.clone(), LIMITS);
         (client, stream, activity)
     }
 
@@ -396,7 +436,7 @@ mod tests {
         let started = Instant::now();
         let error = stream.read(&mut [0u8; 1]).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(started.elapsed(), LIMIT);
+        assert_eq!(started.elapsed(), HEAD);
     }
 
     #[tokio::test(start_paused = true)]
@@ -421,24 +461,49 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_http1_connection_has_the_limit_after_its_last_answer_for_the_next_head() {
-        let (mut client, mut stream, activity) = guarded();
+    async fn an_idle_http1_connection_is_kept_for_the_idle_limit_after_its_last_answer() {
+        let (_client, mut stream, activity) = guarded();
         let exchange = activity.exchange_opened();
         tokio::time::sleep(Duration::from_secs(3)).await;
         stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
         let answered = Instant::now();
         drop(exchange);
-        // Half of the next head, then silence: the limit counts from the answer, not the bytes.
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        let error = stream.read(&mut [0u8; 64]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(answered.elapsed(), IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_http1_head_has_the_head_limit_from_its_first_bytes() {
+        let (mut client, mut stream, activity) = guarded();
+        let exchange = activity.exchange_opened();
+        stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        drop(exchange);
+        // Idle for longer than a head may take, then half of the next head and silence.
+        tokio::time::sleep(Duration::from_secs(30)).await;
         client.write_all(b"GET / HT").await.unwrap();
         let mut buf = [0u8; 64];
         assert_eq!(stream.read(&mut buf).await.unwrap(), 8);
+        let begun = Instant::now();
         let error = stream.read(&mut buf).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(answered.elapsed(), LIMIT);
+        assert_eq!(begun.elapsed(), HEAD);
 
-        // The one timer is moved forward from exchange to exchange, not made anew.
+        // The next answer starts the idle time again: a head cut short before it does not count.
+        let (mut client, mut stream, activity) = guarded();
+        let exchange = activity.exchange_opened();
+        client.write_all(b"body").await.unwrap();
+        assert_eq!(stream.read(&mut buf).await.unwrap(), 4);
+        stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        drop(exchange);
+        let waiting = tokio::time::timeout(IDLE - Duration::from_secs(1), stream.read(&mut buf));
+        assert!(waiting.await.is_err(), "kept while idle");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_timer_is_moved_forward_from_exchange_to_exchange() {
         let (_client, mut stream, activity) = guarded();
+        let mut buf = [0u8; 64];
         let mut timers = Vec::new();
         for _ in 0..3 {
             let exchange = activity.exchange_opened();
@@ -451,7 +516,7 @@ mod tests {
         }
         let first = timers[0].0;
         assert!(timers.iter().all(|(timer, _)| *timer == first), "one timer");
-        assert_eq!(timers[2].1, Instant::now() - Duration::from_secs(5) + LIMIT);
+        assert_eq!(timers[2].1, Instant::now() - Duration::from_secs(5) + IDLE);
     }
 
     #[tokio::test(start_paused = true)]
@@ -520,12 +585,12 @@ mod tests {
         // Only the last stream's end starts the idle time; nothing is read after it. First the
         // connection is asked to close politely; reads fail only if it is still open later.
         drop(second);
-        tokio::time::sleep(LIMIT).await;
+        tokio::time::sleep(IDLE).await;
         tokio::task::yield_now().await;
         assert!(activity.close_requested(), "no polite close asked for");
         let (kind, waited) = reading.await.unwrap();
         assert_eq!(kind, io::ErrorKind::TimedOut);
-        assert_eq!(waited, Duration::from_secs(60) + LIMIT + GOAWAY_GRACE);
+        assert_eq!(waited, Duration::from_secs(60) + IDLE + GOAWAY_GRACE);
     }
 
     #[tokio::test(start_paused = true)]
@@ -534,7 +599,7 @@ mod tests {
         drop(activity.stream_opened());
         let started = Instant::now();
         let reading = tokio::spawn(async move { stream.read(&mut [0u8; 8]).await });
-        tokio::time::sleep(LIMIT - Duration::from_millis(1)).await;
+        tokio::time::sleep(IDLE - Duration::from_millis(1)).await;
         assert!(!activity.close_requested(), "asked too early");
         tokio::time::sleep(Duration::from_millis(1)).await;
         tokio::task::yield_now().await;
@@ -542,7 +607,7 @@ mod tests {
         assert!(!reading.is_finished(), "reads still work during the grace");
         let error = reading.await.unwrap().unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(started.elapsed(), LIMIT + GOAWAY_GRACE);
+        assert_eq!(started.elapsed(), IDLE + GOAWAY_GRACE);
     }
 
     #[tokio::test(start_paused = true)]
@@ -552,8 +617,8 @@ mod tests {
             http_body_util::Full::new(bytes::Bytes::from_static(b"x")),
             activity.stream_opened(),
         );
-        assert_eq!(activity.deadline(LIMIT).0, Deadline::None);
+        assert_eq!(activity.deadline(LIMITS).0, Deadline::None);
         drop(body);
-        assert!(matches!(activity.deadline(LIMIT).0, Deadline::Close(_)));
+        assert!(matches!(activity.deadline(LIMITS).0, Deadline::Close(_)));
     }
 }

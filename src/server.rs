@@ -21,10 +21,10 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::App;
 use crate::framing::{FramingGuard, FramingWatch, Refusal};
-use crate::idle_deadline::{ConnectionActivity, CountedBody, IdleDeadline};
+use crate::idle_deadline::{ConnectionActivity, CountedBody, IdleDeadline, ReadLimits};
 
-/// Slow clients get this long to send a request head (slowloris); it also bounds how long an idle
-/// keep-alive connection is kept, over HTTP/1 and HTTP/2 alike.
+/// Slow clients get this long to send a request head (slowloris): the first request from the
+/// connection's opening, a later one from its first bytes.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most headers one request may carry before it is answered 431. This is hyper's built-in
 /// HTTP/1 limit: setting any limit of our own makes hyper allocate its parse arrays (about
@@ -390,7 +390,11 @@ fn serve_connection(
     let watch = Arc::new(FramingWatch::default());
     let activity = Arc::new(ConnectionActivity::default());
     let idle = activity.clone();
-    let stream = IdleDeadline::new(stream, activity.clone(), HEADER_READ_TIMEOUT);
+    let limits = ReadLimits {
+        head: HEADER_READ_TIMEOUT,
+        idle: app.generation().config.keep_alive_idle,
+    };
+    let stream = IdleDeadline::new(stream, activity.clone(), limits);
     let io = TokioIo::new(FramingGuard::new(stream, watch.clone()));
     let service = service_fn(move |req: hyper::Request<Incoming>| {
         let app = app.clone();

@@ -1144,7 +1144,7 @@ async fn connections_that_never_send_a_request_are_closed() {
 async fn idle_http2_connections_are_closed_too() {
     use http_body_util::BodyExt as _;
     let origin = origins::fast_origin();
-    let concert = concert(&["-upstream", &origin.url()]).await;
+    let concert = concert_with_idle_limit(&origin, IDLE_LIMIT).await;
     let stream = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
@@ -1162,20 +1162,31 @@ async fn idle_http2_connections_are_closed_too() {
     // Then nothing: the server closes the connection once it has been idle for the timeout,
     // as it does an idle HTTP/1 one (the client may see that as an orderly end or an error).
     let idle_since = std::time::Instant::now();
-    let _ended = tokio::time::timeout(Duration::from_secs(15), connection)
+    let _ended = tokio::time::timeout(IDLE_LIMIT * 2, connection)
         .await
         .expect("closed within the idle timeout")
         .unwrap();
     let idle = idle_since.elapsed();
-    assert!(idle >= Duration::from_secs(5), "closed after only {idle:?}");
+    assert!(idle >= IDLE_LIMIT, "closed after only {idle:?}");
     assert_eq!(concert.app.room.stats().occupancy, 0);
+}
+
+/// An idle limit shorter than the default 120 s, but longer than the 10 s a request head may
+/// take, so the tests can tell the two apart without waiting minutes.
+const IDLE_LIMIT: Duration = Duration::from_secs(13);
+
+async fn concert_with_idle_limit(origin: &origins::Origin, idle: Duration) -> concert::Running {
+    concert_adjusted(&["-upstream", &origin.url()], &[], |config| {
+        config.keep_alive_idle = idle;
+    })
+    .await
 }
 
 #[tokio::test]
 async fn idle_keep_alive_connections_are_closed() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let origin = origins::fast_origin();
-    let concert = concert(&["-upstream", &origin.url()]).await;
+    let concert = concert_with_idle_limit(&origin, IDLE_LIMIT).await;
     let mut stream = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
     stream
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -1189,16 +1200,16 @@ async fn idle_keep_alive_connections_are_closed() {
         answer.extend_from_slice(&chunk[..read]);
     }
     assert!(answer.starts_with(b"HTTP/1.1 200"));
-    // Then silence: the server closes the idle connection once the header timeout passes,
-    // without another answer.
+    // Then silence: the server keeps the idle connection past the 10 s a request head may
+    // take, and closes it once the idle limit passes, without another answer.
     let idle_since = std::time::Instant::now();
     let mut rest = Vec::new();
-    tokio::time::timeout(Duration::from_secs(15), stream.read_to_end(&mut rest))
+    tokio::time::timeout(IDLE_LIMIT * 2, stream.read_to_end(&mut rest))
         .await
-        .expect("closed within the header timeout")
+        .expect("closed within the idle limit")
         .unwrap();
     let idle = idle_since.elapsed();
-    assert!(idle >= Duration::from_secs(5), "closed after only {idle:?}");
+    assert!(idle >= IDLE_LIMIT, "closed after only {idle:?}");
     assert!(
         rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"),
         "{}",
@@ -1420,7 +1431,7 @@ async fn idle_http2_connections_say_goaway_before_closing() {
         out
     }
     let origin = origins::fast_origin();
-    let concert = concert(&["-upstream", &origin.url()]).await;
+    let concert = concert_with_idle_limit(&origin, IDLE_LIMIT).await;
     let mut stream = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
     let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     opening.extend(frame(SETTINGS, 0, 0, &[]));
@@ -1476,11 +1487,11 @@ async fn idle_http2_connections_say_goaway_before_closing() {
     assert!(kinds.contains(&0x1), "no response headers: {kinds:?}");
     let goaway_at = goaway_at.unwrap_or_else(|| panic!("closed without GOAWAY: {kinds:?}"));
     assert!(
-        goaway_at >= Duration::from_secs(9),
+        goaway_at >= IDLE_LIMIT - Duration::from_secs(1),
         "GOAWAY after {goaway_at:?}"
     );
     assert!(
-        closed_at < Duration::from_secs(14),
+        closed_at < IDLE_LIMIT + Duration::from_secs(4),
         "closed after {closed_at:?}"
     );
 }

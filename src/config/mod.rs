@@ -219,6 +219,10 @@ pub struct Config {
     /// `-metrics-path`: where the public listener also answers with metrics (`/_room/metrics`
     /// always does); `None` when turned off.
     pub metrics_path: Option<String>,
+    /// How long a keep-alive client connection may wait for its next request with nothing of it
+    /// read yet: 120 s, as in the HTTP server Concert was ported from. Not a flag (that server
+    /// had none); tests shorten it.
+    pub keep_alive_idle: Duration,
     /// Source of each row of `SETTINGS`, by index.
     sources: Vec<Source>,
 }
@@ -296,6 +300,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             workers: 0,
             metrics_path: Some(DEFAULT_METRICS_PATH.to_string()),
+            keep_alive_idle: Duration::from_secs(120),
             sources: vec![Source::Default; SETTINGS.len()],
         }
     }
@@ -322,6 +327,7 @@ impl fmt::Debug for Config {
             .field("log_format", &self.log_format)
             .field("workers", &self.workers)
             .field("metrics_path", &self.metrics_path)
+            .field("keep_alive_idle", &self.keep_alive_idle)
             .finish()
     }
 }

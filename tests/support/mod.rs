@@ -14,6 +14,16 @@ use tokio::net::TcpStream;
 
 /// Starts Concert in-process with Go-style `args` (plus `-data-dir ""`) and an explicit env.
 pub async fn concert_with_env(args: &[&str], env: &[(&str, &str)]) -> concert::Running {
+    concert_adjusted(args, env, |_| {}).await
+}
+
+/// Like [`concert_with_env`], with `adjust` applied to the loaded configuration (for settings
+/// that are not flags, such as the keep-alive idle limit).
+pub async fn concert_adjusted(
+    args: &[&str],
+    env: &[(&str, &str)],
+    adjust: impl FnOnce(&mut config::Config),
+) -> concert::Running {
     let mut argv: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     if !args
         .iter()
@@ -25,11 +35,12 @@ pub async fn concert_with_env(args: &[&str], env: &[(&str, &str)]) -> concert::R
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let config = match config::load(&argv, &env) {
+    let mut config = match config::load(&argv, &env) {
         Ok(Loaded::Run(config)) => *config,
         Ok(_) => panic!("expected a runnable config for {argv:?}"),
         Err(e) => panic!("config {argv:?} refused: {e}"),
     };
+    adjust(&mut config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     concert::start(config, Some(listener)).await.unwrap()
 }
