@@ -14,7 +14,10 @@
 //! within the head limit (10 s), counted for the first request from the connection's opening and
 //! for a later HTTP/1 request from its first bytes; and a keep-alive connection may wait for the
 //! next request, with nothing of it read yet, for the idle limit (120 s) after its last answer was
-//! written (an answer still being sent, even slowly, keeps the connection). An HTTP/2 connection
+//! written (an answer still being sent, even slowly, keeps the connection). While the worker
+//! holds a crowd of connections, an HTTP/1 connection that falls idle gets the head limit
+//! instead: each idle connection keeps hyper's buffers (about 36 KB), and a spike of visitors
+//! would otherwise pile up two minutes' worth of them. An HTTP/2 connection
 //! whose last stream ended the idle limit ago is first asked to close politely ([`ConnectionActivity::close_requested`]: the connection task then
 //! sends GOAWAY, so a client about to reuse the connection knows which of its requests were not
 //! taken and can send them again); its reads fail only if it is still open [`GOAWAY_GRACE`]
@@ -233,12 +236,17 @@ pub(crate) struct ReadLimits {
     pub idle: Duration,
 }
 
+/// Whether the connection's worker is crowded, so that an HTTP/1 connection falling idle gets
+/// the head limit instead of the idle limit.
+pub(crate) type Crowded = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// A client stream whose reads fail with `TimedOut` at the [`ConnectionActivity`] deadline;
 /// writes pass through, noted for the HTTP/1 deadline.
 pub(crate) struct IdleDeadline<T> {
     inner: T,
     activity: Arc<ConnectionActivity>,
     limits: ReadLimits,
+    crowded: Crowded,
     /// The timer and the instant it is set for. Kept while no deadline applies (it may then
     /// wake the task once for nothing), so a busy connection moves one timer forward instead
     /// of making a new one per request; dropped for a tunnel.
@@ -258,11 +266,17 @@ pub(crate) struct IdleDeadline<T> {
 }
 
 impl<T> IdleDeadline<T> {
-    pub(crate) fn new(inner: T, activity: Arc<ConnectionActivity>, limits: ReadLimits) -> Self {
+    pub(crate) fn new(
+        inner: T,
+        activity: Arc<ConnectionActivity>,
+        limits: ReadLimits,
+        crowded: Crowded,
+    ) -> Self {
         IdleDeadline {
             inner,
             activity,
             limits,
+            crowded,
             timer: None,
             last_write: None,
             write_blocked: false,
@@ -307,7 +321,12 @@ impl<T> IdleDeadline<T> {
                 } else {
                     // An exchange has ended, so its answer has been written.
                     let last_write = *self.last_write.get_or_insert_with(Instant::now);
-                    last_write + self.limits.idle
+                    let idle = if (self.crowded)() {
+                        self.limits.head
+                    } else {
+                        self.limits.idle
+                    };
+                    last_write + idle
                 }
             }
             Deadline::Close(at) => {
@@ -426,7 +445,7 @@ mod tests {
     ) {
         let (client, server) = tokio::io::duplex(64);
         let activity = Arc::new(ConnectionActivity::default());
-        let stream = IdleDeadline::new(server, activity.clone(), LIMITS);
+        let stream = IdleDeadline::new(server, activity.clone(), LIMITS, Arc::new(|| false));
         (client, stream, activity)
     }
 
@@ -465,6 +484,46 @@ mod tests {
         let (_client, mut stream, activity) = guarded();
         let exchange = activity.exchange_opened();
         tokio::time::sleep(Duration::from_secs(3)).await;
+        stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        let answered = Instant::now();
+        drop(exchange);
+        let error = stream.read(&mut [0u8; 64]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(answered.elapsed(), IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crowded_worker_keeps_an_idle_connection_only_for_the_head_limit() {
+        let crowded = Arc::new(AtomicBool::new(true));
+        let (_client, server) = tokio::io::duplex(64);
+        let activity = Arc::new(ConnectionActivity::default());
+        let is_crowded = crowded.clone();
+        let mut stream = IdleDeadline::new(
+            server,
+            activity.clone(),
+            LIMITS,
+            Arc::new(move || is_crowded.load(Ordering::Relaxed)),
+        );
+        let exchange = activity.exchange_opened();
+        stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        let answered = Instant::now();
+        drop(exchange);
+        let error = stream.read(&mut [0u8; 64]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(answered.elapsed(), HEAD);
+
+        // Once the crowd has gone, the next idle wait is the full idle limit again.
+        crowded.store(false, Ordering::Relaxed);
+        let (_client, server) = tokio::io::duplex(64);
+        let activity = Arc::new(ConnectionActivity::default());
+        let is_crowded = crowded.clone();
+        let mut stream = IdleDeadline::new(
+            server,
+            activity.clone(),
+            LIMITS,
+            Arc::new(move || is_crowded.load(Ordering::Relaxed)),
+        );
+        let exchange = activity.exchange_opened();
         stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
         let answered = Instant::now();
         drop(exchange);

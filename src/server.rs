@@ -200,6 +200,18 @@ struct OpenConnection {
     worker: usize,
 }
 
+impl OpenConnection {
+    /// Whether this connection's worker holds more than `crowd` connections.
+    fn crowding(&self, crowd: usize) -> crate::idle_deadline::Crowded {
+        let (load, worker) = (self.load.clone(), self.worker);
+        Arc::new(move || {
+            load.open
+                .get(worker)
+                .is_some_and(|count| count.load(Ordering::Relaxed) > crowd)
+        })
+    }
+}
+
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         if let Some(count) = self.load.open.get(self.worker) {
@@ -390,11 +402,15 @@ fn serve_connection(
     let watch = Arc::new(FramingWatch::default());
     let activity = Arc::new(ConnectionActivity::default());
     let idle = activity.clone();
-    let limits = ReadLimits {
-        head: HEADER_READ_TIMEOUT,
-        idle: app.generation().config.keep_alive_idle,
+    let (limits, crowded) = {
+        let config = &app.generation().config;
+        let limits = ReadLimits {
+            head: HEADER_READ_TIMEOUT,
+            idle: config.keep_alive_idle,
+        };
+        (limits, held.crowding(config.keep_alive_crowd))
     };
-    let stream = IdleDeadline::new(stream, activity.clone(), limits);
+    let stream = IdleDeadline::new(stream, activity.clone(), limits, crowded);
     let io = TokioIo::new(FramingGuard::new(stream, watch.clone()));
     let service = service_fn(move |req: hyper::Request<Incoming>| {
         let app = app.clone();

@@ -1182,6 +1182,56 @@ async fn concert_with_idle_limit(origin: &origins::Origin, idle: Duration) -> co
     .await
 }
 
+/// While a worker holds more connections than its crowd limit, a connection that falls idle is
+/// kept only for the 10 s a request head may take, until the crowd is down to the limit; the
+/// rest keep the idle limit.
+#[tokio::test]
+async fn a_crowded_worker_closes_idle_connections_down_to_its_limit() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let origin = origins::fast_origin();
+    let concert = concert_adjusted(&["-upstream", &origin.url()], &[], |config| {
+        config.workers = 1;
+        config.keep_alive_idle = Duration::from_secs(60);
+        config.keep_alive_crowd = 1;
+    })
+    .await;
+    // Three connections open before any request: each falls idle with the crowd there.
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        streams.push(tokio::net::TcpStream::connect(concert.addr).await.unwrap());
+    }
+    for stream in &mut streams {
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_until(stream, b"ok", Duration::from_secs(5)).await;
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    }
+    let idle_since = std::time::Instant::now();
+    let waits = streams.into_iter().map(|mut stream| async move {
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(16), stream.read_to_end(&mut rest))
+            .await
+            .is_ok();
+        (closed, idle_since.elapsed())
+    });
+    let ended = futures_util::future::join_all(waits).await;
+    let closed: Vec<Duration> = ended
+        .iter()
+        .filter(|(closed, _)| *closed)
+        .map(|(_, after)| *after)
+        .collect();
+    assert_eq!(closed.len(), 2, "{ended:?}");
+    assert!(
+        closed
+            .iter()
+            .all(|after| (Duration::from_secs(9)..Duration::from_secs(15)).contains(after)),
+        "{ended:?}"
+    );
+    assert_eq!(concert.app.open_connections(), [1]);
+}
+
 #[tokio::test]
 async fn idle_keep_alive_connections_are_closed() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

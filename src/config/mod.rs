@@ -223,6 +223,11 @@ pub struct Config {
     /// read yet: 120 s, as in the HTTP server Concert was ported from. Not a flag (that server
     /// had none); tests shorten it.
     pub keep_alive_idle: Duration,
+    /// Open connections per worker beyond which an HTTP/1 connection falling idle is kept only
+    /// for the 10 s a request head may take: each idle connection holds about 36 KB, and a spike
+    /// of visitors would otherwise keep two minutes' worth of them (nginx's default of 1024
+    /// connections per worker). Not a flag; tests lower it.
+    pub keep_alive_crowd: usize,
     /// Source of each row of `SETTINGS`, by index.
     sources: Vec<Source>,
 }
@@ -301,6 +306,7 @@ impl Default for Config {
             workers: 0,
             metrics_path: Some(DEFAULT_METRICS_PATH.to_string()),
             keep_alive_idle: Duration::from_secs(120),
+            keep_alive_crowd: 1024,
             sources: vec![Source::Default; SETTINGS.len()],
         }
     }
@@ -328,6 +334,7 @@ impl fmt::Debug for Config {
             .field("workers", &self.workers)
             .field("metrics_path", &self.metrics_path)
             .field("keep_alive_idle", &self.keep_alive_idle)
+            .field("keep_alive_crowd", &self.keep_alive_crowd)
             .finish()
     }
 }
