@@ -58,6 +58,27 @@ pub fn tokio_instant() -> tokio::time::Instant {
     tokio::time::Instant::from_std(instant())
 }
 
+/// How far [`instant`] may be from `Instant::now()`, either way: one step of the coarse clock
+/// (a scheduler tick). A deadline that must not come early adds it.
+pub fn max_error() -> Duration {
+    #[cfg(target_os = "linux")]
+    {
+        static STEP: LazyLock<Duration> = LazyLock::new(|| {
+            let step = rustix::time::clock_getres(ClockId::MonotonicCoarse);
+            match (u64::try_from(step.tv_sec), u32::try_from(step.tv_nsec)) {
+                (Ok(secs), Ok(nanos)) => Duration::new(secs, nanos),
+                // A kernel that cannot say: the slowest tick Linux is built with (HZ=100).
+                _ => Duration::from_millis(10),
+            }
+        });
+        *STEP
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Duration::ZERO
+    }
+}
+
 /// A coarse clock's reading; zero before its origin (a wall clock set before 1970).
 #[cfg(target_os = "linux")]
 fn read_coarse(clock: ClockId) -> Duration {
@@ -91,6 +112,31 @@ mod tests {
             let after = Instant::now();
             assert!(coarse + SLACK >= before);
             assert!(coarse <= after + SLACK);
+        }
+    }
+
+    /// What deadlines rely on: a coarse instant is within `max_error` of the precise clock
+    /// either way, with no slack for a loaded machine.
+    #[test]
+    fn max_error_bounds_the_coarse_instant() {
+        let step = max_error();
+        #[cfg(target_os = "linux")]
+        assert!(
+            step > Duration::ZERO && step <= Duration::from_millis(10),
+            "{step:?}"
+        );
+        for _ in 0..10_000 {
+            let before = Instant::now();
+            let coarse = instant();
+            let after = Instant::now();
+            assert!(
+                coarse + step >= before,
+                "{coarse:?} + {step:?} trails {before:?}"
+            );
+            assert!(
+                coarse <= after + step,
+                "{coarse:?} leads {after:?} by more than {step:?}"
+            );
         }
     }
 

@@ -484,10 +484,11 @@ impl Proxy {
         let sent = pool.send(&method, &head);
         let answered = match self.header_timeout {
             // Counted from the coarse clock: a limit of seconds does not need a precise read.
+            // Its reading may be a tick ahead, so a tick is added: the limit is never cut short.
             Some(limit) => {
-                match tokio::time::timeout_at(crate::coarse_clock::tokio_instant() + limit, sent)
-                    .await
-                {
+                let deadline =
+                    crate::coarse_clock::tokio_instant() + limit + crate::coarse_clock::max_error();
+                match tokio::time::timeout_at(deadline, sent).await {
                     Ok(answered) => answered.map_err(UpstreamFailure::from),
                     Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
                 }
