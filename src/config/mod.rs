@@ -225,8 +225,8 @@ pub struct Config {
     pub keep_alive_idle: Duration,
     /// Open connections per worker beyond which an HTTP/1 connection falling idle is kept only
     /// for the 10 s a request head may take: each idle connection holds about 36 KB, and a spike
-    /// of visitors would otherwise keep two minutes' worth of them (nginx's default of 1024
-    /// connections per worker). Not a flag; tests lower it.
+    /// of visitors would otherwise keep two minutes' worth of them (1,024: the `worker_connections`
+    /// of the nginx.conf RHEL ships). Not a flag; tests lower it.
     pub keep_alive_crowd: usize,
     /// Source of each row of `SETTINGS`, by index.
     sources: Vec<Source>,
