@@ -1167,7 +1167,12 @@ async fn idle_http2_connections_are_closed_too() {
         .expect("closed within the idle timeout")
         .unwrap();
     let idle = idle_since.elapsed();
-    assert!(idle >= IDLE_LIMIT, "closed after only {idle:?}");
+    // The server counts from when it finished the answer, a moment before the client had read
+    // it; still well past the 10 s a request head may take.
+    assert!(
+        idle >= IDLE_LIMIT - Duration::from_secs(1),
+        "closed after only {idle:?}"
+    );
     assert_eq!(concert.app.room.stats().occupancy, 0);
 }
 
@@ -1259,7 +1264,12 @@ async fn idle_keep_alive_connections_are_closed() {
         .expect("closed within the idle limit")
         .unwrap();
     let idle = idle_since.elapsed();
-    assert!(idle >= IDLE_LIMIT, "closed after only {idle:?}");
+    // The server counts from when it finished the answer, a moment before the client had read
+    // it; still well past the 10 s a request head may take.
+    assert!(
+        idle >= IDLE_LIMIT - Duration::from_secs(1),
+        "closed after only {idle:?}"
+    );
     assert!(
         rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"),
         "{}",
