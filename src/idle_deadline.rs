@@ -17,9 +17,9 @@
 //! written (an answer still being sent, even slowly, keeps the connection). While the worker
 //! holds a crowd of connections, an HTTP/1 connection that falls idle gets the head limit
 //! instead: each idle connection keeps hyper's buffers (about 36 KB), and a spike of visitors
-//! would otherwise pile up two minutes' worth of them. An HTTP/2 connection
-//! whose last stream ended the idle limit ago is first asked to close politely ([`ConnectionActivity::close_requested`]: the connection task then
-//! sends GOAWAY, so a client about to reuse the connection knows which of its requests were not
+//! would otherwise pile up two minutes' worth of them. An HTTP/2 connection whose last stream
+//! ended the idle limit ago is first asked to close politely
+//! ([`ConnectionActivity::close_requested`]: the connection task then sends GOAWAY, so a client about to reuse the connection knows which of its requests were not
 //! taken and can send them again); its reads fail only if it is still open [`GOAWAY_GRACE`]
 //! later. A connection switched to another protocol (WebSocket, CONNECT) has no deadline.
 //! The checks live in the read path hyper polls anyway: a busy HTTP/1 connection pays a few
@@ -443,10 +443,34 @@ mod tests {
         IdleDeadline<tokio::io::DuplexStream>,
         Arc<ConnectionActivity>,
     ) {
+        guarded_with(Arc::new(|| false))
+    }
+
+    fn guarded_with(
+        crowded: Crowded,
+    ) -> (
+        tokio::io::DuplexStream,
+        IdleDeadline<tokio::io::DuplexStream>,
+        Arc<ConnectionActivity>,
+    ) {
         let (client, server) = tokio::io::duplex(64);
         let activity = Arc::new(ConnectionActivity::default());
-        let stream = IdleDeadline::new(server, activity.clone(), LIMITS, Arc::new(|| false));
+        let stream = IdleDeadline::new(server, activity.clone(), LIMITS, crowded);
         (client, stream, activity)
+    }
+
+    /// Answers one exchange, then says how long the connection is kept with nothing read.
+    async fn kept_idle_after_an_answer(
+        stream: &mut IdleDeadline<tokio::io::DuplexStream>,
+        activity: &Arc<ConnectionActivity>,
+    ) -> Duration {
+        let exchange = activity.exchange_opened();
+        stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        let answered = Instant::now();
+        drop(exchange);
+        let error = stream.read(&mut [0u8; 64]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        answered.elapsed()
     }
 
     #[tokio::test(start_paused = true)]
@@ -482,54 +506,33 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_http1_connection_is_kept_for_the_idle_limit_after_its_last_answer() {
         let (_client, mut stream, activity) = guarded();
-        let exchange = activity.exchange_opened();
         tokio::time::sleep(Duration::from_secs(3)).await;
-        stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
-        let answered = Instant::now();
-        drop(exchange);
-        let error = stream.read(&mut [0u8; 64]).await.unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(answered.elapsed(), IDLE);
+        assert_eq!(
+            kept_idle_after_an_answer(&mut stream, &activity).await,
+            IDLE
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_crowded_worker_keeps_an_idle_connection_only_for_the_head_limit() {
         let crowded = Arc::new(AtomicBool::new(true));
-        let (_client, server) = tokio::io::duplex(64);
-        let activity = Arc::new(ConnectionActivity::default());
         let is_crowded = crowded.clone();
-        let mut stream = IdleDeadline::new(
-            server,
-            activity.clone(),
-            LIMITS,
-            Arc::new(move || is_crowded.load(Ordering::Relaxed)),
+        let (_client, mut stream, activity) =
+            guarded_with(Arc::new(move || is_crowded.load(Ordering::Relaxed)));
+        assert_eq!(
+            kept_idle_after_an_answer(&mut stream, &activity).await,
+            HEAD
         );
-        let exchange = activity.exchange_opened();
-        stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
-        let answered = Instant::now();
-        drop(exchange);
-        let error = stream.read(&mut [0u8; 64]).await.unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(answered.elapsed(), HEAD);
 
         // Once the crowd has gone, the next idle wait is the full idle limit again.
         crowded.store(false, Ordering::Relaxed);
-        let (_client, server) = tokio::io::duplex(64);
-        let activity = Arc::new(ConnectionActivity::default());
         let is_crowded = crowded.clone();
-        let mut stream = IdleDeadline::new(
-            server,
-            activity.clone(),
-            LIMITS,
-            Arc::new(move || is_crowded.load(Ordering::Relaxed)),
+        let (_client, mut stream, activity) =
+            guarded_with(Arc::new(move || is_crowded.load(Ordering::Relaxed)));
+        assert_eq!(
+            kept_idle_after_an_answer(&mut stream, &activity).await,
+            IDLE
         );
-        let exchange = activity.exchange_opened();
-        stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
-        let answered = Instant::now();
-        drop(exchange);
-        let error = stream.read(&mut [0u8; 64]).await.unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(answered.elapsed(), IDLE);
     }
 
     #[tokio::test(start_paused = true)]

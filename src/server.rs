@@ -174,13 +174,16 @@ impl WorkerLoad {
             .collect()
     }
 
-    /// Whether `worker` holds clearly more connections than the least busy other worker.
-    fn over_share(&self, worker: usize) -> bool {
-        let Some(mine) = self
-            .open
+    /// Connections open on `worker`; `None` for a worker that does not exist.
+    fn open_on(&self, worker: usize) -> Option<usize> {
+        self.open
             .get(worker)
             .map(|count| count.load(Ordering::Relaxed))
-        else {
+    }
+
+    /// Whether `worker` holds clearly more connections than the least busy other worker.
+    fn over_share(&self, worker: usize) -> bool {
+        let Some(mine) = self.open_on(worker) else {
             return false;
         };
         let least_other = self
@@ -204,11 +207,7 @@ impl OpenConnection {
     /// Whether this connection's worker holds more than `crowd` connections.
     fn crowding(&self, crowd: usize) -> crate::idle_deadline::Crowded {
         let (load, worker) = (self.load.clone(), self.worker);
-        Arc::new(move || {
-            load.open
-                .get(worker)
-                .is_some_and(|count| count.load(Ordering::Relaxed) > crowd)
-        })
+        Arc::new(move || load.open_on(worker).is_some_and(|open| open > crowd))
     }
 }
 
