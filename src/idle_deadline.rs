@@ -25,7 +25,6 @@
 //! The checks live in the read path hyper polls anyway: a busy HTTP/1 connection pays a few
 //! atomic loads per read and one clock read per exchange.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -35,7 +34,9 @@ use std::time::Duration;
 
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
+
+use crate::moving_timer::MovingTimer;
 
 /// How long an idle HTTP/2 connection asked to close with GOAWAY has to finish the exchange
 /// (the client acknowledges with a ping) before its reads fail.
@@ -247,10 +248,10 @@ pub(crate) struct IdleDeadline<T> {
     activity: Arc<ConnectionActivity>,
     limits: ReadLimits,
     crowded: Crowded,
-    /// The timer and the instant it is set for. Kept while no deadline applies (it may then
-    /// wake the task once for nothing), so a busy connection moves one timer forward instead
-    /// of making a new one per request; dropped for a tunnel.
-    timer: Option<(Pin<Box<Sleep>>, Instant)>,
+    /// Kept while no deadline applies (it may then wake the task once for nothing), so a busy
+    /// connection moves one timer forward instead of making a new one per request; dropped for
+    /// a tunnel.
+    timer: MovingTimer,
     /// When the connection last wrote: an HTTP/1 answer ends with a write.
     last_write: Option<Instant>,
     /// The last write could not go out (the client is not reading): like hyper, no deadline
@@ -277,7 +278,7 @@ impl<T> IdleDeadline<T> {
             activity,
             limits,
             crowded,
-            timer: None,
+            timer: MovingTimer::default(),
             last_write: None,
             write_blocked: false,
             head_begun: false,
@@ -308,7 +309,7 @@ impl<T> IdleDeadline<T> {
         let deadline = match deadline {
             Deadline::None => return false,
             Deadline::Never => {
-                self.timer = None;
+                self.timer.clear();
                 return false;
             }
             Deadline::BetweenExchanges => {
@@ -344,20 +345,7 @@ impl<T> IdleDeadline<T> {
 
     /// Whether `deadline` has passed; otherwise the timer is set for it.
     fn wait_until(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
-        let timer = match &mut self.timer {
-            Some((timer, armed_for)) => {
-                if *armed_for != deadline {
-                    timer.as_mut().reset(deadline);
-                    *armed_for = deadline;
-                }
-                timer
-            }
-            None => {
-                let timer = Box::pin(tokio::time::sleep_until(deadline));
-                &mut self.timer.insert((timer, deadline)).0
-            }
-        };
-        timer.as_mut().poll(cx).is_ready()
+        self.timer.poll_passed(deadline, cx)
     }
 }
 
@@ -573,8 +561,7 @@ mod tests {
             drop(exchange);
             let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await;
             assert!(read.is_err(), "still waiting for the next head");
-            let (timer, _) = stream.timer.as_ref().expect("a timer while waiting");
-            timers.push((&**timer as *const Sleep, timer.deadline()));
+            timers.push(stream.timer.armed().expect("a timer while waiting"));
         }
         let first = timers[0].0;
         assert!(timers.iter().all(|(timer, _)| *timer == first), "one timer");
@@ -610,7 +597,10 @@ mod tests {
         // The request's head arrives while the first-request deadline is armed.
         client.write_all(b"GET").await.unwrap();
         assert_eq!(stream.read(&mut buf).await.unwrap(), 3);
-        assert!(stream.timer.is_some(), "armed before the first request");
+        assert!(
+            stream.timer.armed().is_some(),
+            "armed before the first request"
+        );
         let exchange = activity.exchange_opened();
         stream
             .write_all(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
@@ -621,7 +611,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(120)).await;
         client.write_all(b"frame").await.unwrap();
         assert_eq!(stream.read(&mut buf).await.unwrap(), 5);
-        assert!(stream.timer.is_none(), "no timer kept for a tunnel");
+        assert!(stream.timer.armed().is_none(), "no timer kept for a tunnel");
     }
 
     #[tokio::test(start_paused = true)]

@@ -16,6 +16,7 @@ mod framing;
 mod idle_deadline;
 mod io_wrap;
 pub mod logging;
+mod moving_timer;
 pub mod ops;
 pub mod pass;
 pub mod persist;

@@ -19,8 +19,9 @@ use bytes::{Buf as _, Bytes, BytesMut};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Version};
 use hyper::body::{Frame, SizeHint};
-use tokio::io::AsyncWriteExt as _;
+use tokio::io::AsyncWrite as _;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::SlotHold;
 use super::headers::{HeaderSink, RESPONSE_HOP_BY_HOP, list_items};
@@ -28,6 +29,7 @@ use super::idle::IdleList;
 use super::pool::{PoolError, PoolLimits, connect_tcp};
 use super::target::Target;
 use crate::framing::{parse_chunk_size, parse_decimal};
+use crate::moving_timer::MovingTimer;
 use crate::server::MAX_HEADERS;
 
 /// Largest response head (status line and headers) read before giving up.
@@ -62,6 +64,8 @@ pub(super) enum DirectError {
     Parse(#[source] httparse::Error),
     #[error("the origin's response head is larger than {MAX_HEAD_BYTES} bytes")]
     HeadTooLarge,
+    #[error("no response head before the deadline")]
+    TimedOut,
 }
 
 impl DirectError {
@@ -81,6 +85,9 @@ pub(super) struct OriginConn {
     /// Names of the response headers being parsed and where their values lie; kept to reuse
     /// its allocation.
     spans: Vec<(HeaderName, usize, usize)>,
+    /// The `-upstream-timeout` timer, kept with the connection so that a pooled connection
+    /// moves one timer from request to request.
+    timer: MovingTimer,
 }
 
 impl OriginConn {
@@ -89,7 +96,44 @@ impl OriginConn {
             stream,
             buf: BytesMut::new(),
             spans: Vec::new(),
+            timer: MovingTimer::default(),
         }
+    }
+
+    /// `io` on this connection, or `TimedOut` once `deadline` has passed with `io` still
+    /// waiting for the socket.
+    fn poll_before<T>(
+        &mut self,
+        deadline: Option<Instant>,
+        cx: &mut Context<'_>,
+        io: impl FnOnce(&mut Self, &mut Context<'_>) -> Poll<T>,
+    ) -> Poll<Result<T, DirectError>> {
+        if let Poll::Ready(done) = io(self, cx) {
+            return Poll::Ready(Ok(done));
+        }
+        match deadline {
+            Some(deadline) if self.timer.poll_passed(deadline, cx) => {
+                Poll::Ready(Err(DirectError::TimedOut))
+            }
+            _ => Poll::Pending,
+        }
+    }
+
+    /// Writes what is left of the request head after `written` bytes.
+    fn poll_write_head(
+        &mut self,
+        head: &[u8],
+        written: &mut usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        while let Some(rest) = head.get(*written..).filter(|rest| !rest.is_empty()) {
+            match ready!(Pin::new(&mut self.stream).poll_write(cx, rest)) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(sent) => *written += sent,
+                Err(err) => return Poll::Ready(Err(err)),
+            }
+        }
+        Poll::Ready(Ok(()))
     }
 
     /// Whether an idle connection can take a request: nothing arrived on it while idle, the
@@ -174,10 +218,15 @@ impl DirectPool {
     ///
     /// An idempotent request that finds its pooled connection closed before any answer is
     /// sent once more on a new connection; other requests are never sent twice.
-    pub(super) async fn send(&self, method: &Method, head: &[u8]) -> Result<Answer, DirectError> {
+    pub(super) async fn send(
+        &self,
+        method: &Method,
+        head: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Answer, DirectError> {
         let retryable = method.is_idempotent();
         if let Some(conn) = self.checkout(!retryable) {
-            match exchange(conn, method, head).await {
+            match exchange(conn, method, head, deadline).await {
                 Ok(answer) => return Ok(answer),
                 Err(err) if err.before_any_answer() && retryable => {
                     tracing::debug!(error = %err, "proxy: pooled origin connection was closed, retrying on a new one");
@@ -185,8 +234,14 @@ impl DirectPool {
                 Err(err) => return Err(err),
             }
         }
-        let stream = Box::pin(connect_tcp(&self.addr, &self.limits)).await?;
-        exchange(OriginConn::new(stream), method, head).await
+        let connecting = Box::pin(connect_tcp(&self.addr, &self.limits));
+        let stream = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, connecting)
+                .await
+                .map_err(|_| DirectError::TimedOut)??,
+            None => connecting.await?,
+        };
+        exchange(OriginConn::new(stream), method, head, deadline).await
     }
 
     /// The newest idle connection that looks open (`thorough`: see [`OriginConn::is_usable`]).
@@ -217,15 +272,22 @@ impl DirectPool {
     }
 }
 
+/// Sends the request head on `conn` and reads the response head, failing with `TimedOut` if
+/// that is not done by `deadline`.
 async fn exchange(
     mut conn: OriginConn,
     method: &Method,
     head: &[u8],
+    deadline: Option<Instant>,
 ) -> Result<Answer, DirectError> {
-    conn.stream
-        .write_all(head)
-        .await
-        .map_err(DirectError::Write)?;
+    let mut written = 0;
+    std::future::poll_fn(|cx| {
+        conn.poll_before(deadline, cx, |conn, cx| {
+            conn.poll_write_head(head, &mut written, cx)
+        })
+    })
+    .await?
+    .map_err(DirectError::Write)?;
     let answers_without_body = *method == Method::HEAD;
     // Whether the origin has sent anything at all (an interim 1xx included): from then on it
     // has seen the request, and a failure must not be taken for a connection that was dead.
@@ -235,6 +297,7 @@ async fn exchange(
             && let Some((head, framing, reusable)) =
                 parse_head(&mut conn.buf, &mut conn.spans, answers_without_body)?
         {
+            conn.timer.disown();
             return Ok(Answer {
                 head,
                 framing,
@@ -245,7 +308,9 @@ async fn exchange(
         if conn.buf.len() >= MAX_HEAD_BYTES {
             return Err(DirectError::HeadTooLarge);
         }
-        match std::future::poll_fn(|cx| conn.poll_fill(cx)).await {
+        match std::future::poll_fn(|cx| conn.poll_before(deadline, cx, OriginConn::poll_fill))
+            .await?
+        {
             Ok(0) if answered => return Err(DirectError::ClosedInHead),
             Ok(0) => return Err(DirectError::Closed),
             Ok(_) => answered = true,
@@ -838,7 +903,7 @@ mod tests {
         DirectError,
     > {
         let head = format!("{method} /x HTTP/1.1\r\nhost: origin\r\n\r\n");
-        let answer = pool.send(&method, head.as_bytes()).await?;
+        let answer = pool.send(&method, head.as_bytes(), None).await?;
         let (head, body) = DirectBody::new(answer, pool, None);
         Ok((head.status, head.headers, drain(body).await))
     }
@@ -1126,7 +1191,7 @@ mod tests {
             &headers,
         )
         .unwrap();
-        let answer = pool.send(&Method::DELETE, &head).await.unwrap();
+        let answer = pool.send(&Method::DELETE, &head, None).await.unwrap();
         assert_eq!(answer.head.status, StatusCode::NO_CONTENT);
         assert_eq!(
             origin.heads.lock()[0],
@@ -1462,13 +1527,76 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_response_deadline_holds_on_a_connection_reused_after_its_timer_fired() {
+        const LIMIT: Duration = Duration::from_millis(300);
+        // Answers three requests, then takes the fourth and never answers it.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    for _ in 0..3 {
+                        read_head(&mut stream).await.unwrap();
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        stream.write_all(ok).await.unwrap();
+                    }
+                    let _ = read_head(&mut stream).await;
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                });
+            }
+        });
+        let pool = Arc::new(DirectPool::new(&addr, LIMITS));
+        let send = |pool: Arc<DirectPool>| async move {
+            let started = Instant::now();
+            let sent = pool
+                .send(&Method::GET, &get_head(), Some(started + LIMIT))
+                .await;
+            let answer = match sent {
+                Ok(answer) => {
+                    let (head, body) = DirectBody::new(answer, &pool, None);
+                    assert_eq!(drain(body).await.unwrap().0, b"ok");
+                    Ok(head.status)
+                }
+                Err(err) => Err(err),
+            };
+            (answer, started.elapsed())
+        };
+        let (first, _) = send(Arc::clone(&pool)).await;
+        assert_eq!(first.unwrap(), StatusCode::OK);
+        // Idle in the pool past its deadline: the connection's timer fires meanwhile, and the
+        // next request must arm it again rather than find it already passed.
+        tokio::time::sleep(LIMIT + Duration::from_millis(200)).await;
+        for _ in 0..2 {
+            let (answer, took) = send(Arc::clone(&pool)).await;
+            assert_eq!(answer.unwrap(), StatusCode::OK, "answered after {took:?}");
+        }
+        let (stalled, took) = send(Arc::clone(&pool)).await;
+        assert!(matches!(stalled, Err(DirectError::TimedOut)), "{stalled:?}");
+        assert!(took >= LIMIT, "gave up after {took:?}");
+        assert!(took < LIMIT * 5, "gave up after {took:?}");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "every request on one connection"
+        );
+        assert_eq!(
+            pool.idle_count(),
+            0,
+            "the connection that timed out is not kept"
+        );
+    }
+
+    #[tokio::test]
     async fn refused_connection_is_an_error() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         drop(listener);
         let pool = DirectPool::new(&addr, LIMITS);
         assert!(matches!(
-            pool.send(&Method::GET, &get_head()).await,
+            pool.send(&Method::GET, &get_head(), None).await,
             Err(DirectError::Connect(PoolError::Connect { .. }))
         ));
     }

@@ -479,21 +479,17 @@ impl Proxy {
         };
         headers::rewrite_request_into(parts.headers, facts, &mut head);
         let head = head.finish();
-        // Awaited here rather than through a helper: each async layer keeps its own copy of
-        // what it awaits, and this one is part of every proxied page's future.
-        let sent = pool.send(&method, &head);
-        let answered = match self.header_timeout {
-            // Counted from the coarse clock: a limit of seconds does not need a precise read.
-            // Its reading may be a tick ahead, so a tick is added: the limit is never cut short.
-            Some(limit) => {
-                let deadline =
-                    crate::coarse_clock::tokio_instant() + limit + crate::coarse_clock::max_error();
-                match tokio::time::timeout_at(deadline, sent).await {
-                    Ok(answered) => answered.map_err(UpstreamFailure::from),
-                    Err(_) => Err(UpstreamFailure::HeaderTimeout(limit)),
-                }
-            }
-            None => sent.await.map_err(UpstreamFailure::from),
+        // Counted from the coarse clock: a limit of seconds does not need a precise read. Its
+        // reading may be a tick ahead, so a tick is added: the limit is never cut short.
+        let deadline = self.header_timeout.map(|limit| {
+            crate::coarse_clock::tokio_instant() + limit + crate::coarse_clock::max_error()
+        });
+        let answered = match (
+            pool.send(&method, &head, deadline).await,
+            self.header_timeout,
+        ) {
+            (Err(DirectError::TimedOut), Some(limit)) => Err(UpstreamFailure::HeaderTimeout(limit)),
+            (sent, _) => sent.map_err(UpstreamFailure::from),
         };
         let answer = match answered {
             Ok(answer) => answer,
