@@ -6,6 +6,7 @@
 //! counters) that are reconfigured in place.
 
 pub mod abuse;
+pub mod allocator;
 pub mod assets;
 pub mod client;
 pub mod coarse_clock;

@@ -6,7 +6,7 @@ use concert::config::{self, Loaded};
 
 // musl's allocator is slow under threads; a fast allocator keeps the static build competitive.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: concert::allocator::Allocator = concert::allocator::Allocator;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
