@@ -529,9 +529,15 @@ impl RequestHead {
 
 impl HeaderSink for RequestHead {
     fn put(&mut self, name: &HeaderName, value: HeaderValue) {
+        self.put_pieces(name, &[value.as_bytes()]);
+    }
+
+    fn put_pieces(&mut self, name: &HeaderName, pieces: &[&[u8]]) {
         self.bytes.extend_from_slice(name.as_str().as_bytes());
         self.bytes.extend_from_slice(b": ");
-        self.bytes.extend_from_slice(value.as_bytes());
+        for piece in pieces {
+            self.bytes.extend_from_slice(piece);
+        }
         self.bytes.extend_from_slice(b"\r\n");
     }
 }
