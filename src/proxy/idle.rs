@@ -2,9 +2,11 @@
 //! fixed number of them in all.
 //!
 //! Each worker (see `server::serve_workers`) keeps its own list: a connection opened by one
-//! worker's runtime is registered with that runtime's reactor, so handing it to another worker
-//! would cost a cross-thread wake-up on every response. The cap counts all workers together, so
-//! more workers never mean more idle connections held open against a small origin.
+//! worker's runtime is registered with that runtime's reactor, and its response timer with that
+//! runtime's timer wheel, so in another worker every response would cost a cross-thread
+//! wake-up, and once its runtime had stopped, the connection would fail (a timer of a stopped
+//! runtime cannot even be polled). The cap counts all workers together, so more workers never
+//! mean more idle connections held open against a small origin.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,8 +14,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-/// Lists kept apart; workers beyond this share them round-robin.
-const SHARDS: usize = 64;
+/// One list for each worker there can be, so that no two workers ever share one.
+const SHARDS: usize = crate::config::validate::MAX_WORKERS;
+
+/// One worker's entries, oldest at the front, each with the moment it became idle.
+type Shard<T> = Mutex<VecDeque<(T, Instant)>>;
 
 pub(super) struct IdleList<T> {
     max_idle: usize,
@@ -21,7 +26,7 @@ pub(super) struct IdleList<T> {
     /// Entries in all shards together.
     held: AtomicUsize,
     /// One per worker, oldest at the front of each.
-    shards: [Mutex<VecDeque<(T, Instant)>>; SHARDS],
+    shards: Box<[Shard<T>]>,
 }
 
 impl<T> IdleList<T> {
@@ -30,12 +35,12 @@ impl<T> IdleList<T> {
             max_idle,
             idle_timeout,
             held: AtomicUsize::new(0),
-            shards: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
+            shards: (0..SHARDS).map(|_| Mutex::new(VecDeque::new())).collect(),
         }
     }
 
     /// The current worker's list.
-    fn entries(&self) -> &Mutex<VecDeque<(T, Instant)>> {
+    fn entries(&self) -> &Shard<T> {
         &self.shards[crate::server::worker_index() % SHARDS]
     }
 
@@ -168,5 +173,36 @@ mod tests {
         .unwrap();
         assert_eq!(seen_by_worker_1, (None, Some("opened by worker 1")));
         assert_eq!(list.pop_newest(), Some("opened by worker 0"));
+    }
+
+    #[test]
+    fn no_two_workers_share_a_list_however_many_there_are() {
+        let list = std::sync::Arc::new(IdleList::new(8, LONG));
+        let on_worker = |index: usize, work: fn(&IdleList<usize>) -> Option<usize>| {
+            let list = std::sync::Arc::clone(&list);
+            std::thread::spawn(move || {
+                crate::server::become_worker(index);
+                work(&list)
+            })
+            .join()
+            .unwrap()
+        };
+        let last = crate::config::validate::MAX_WORKERS - 1;
+        for index in [70, last] {
+            on_worker(index, |list| {
+                list.push(crate::server::worker_index());
+                None
+            });
+        }
+        // Other workers find nothing, among them those 64 apart, which once shared a list.
+        for other in [6, last - 64, 0, 1] {
+            assert_eq!(
+                on_worker(other, IdleList::pop_newest),
+                None,
+                "worker {other}"
+            );
+        }
+        assert_eq!(on_worker(last, IdleList::pop_newest), Some(last));
+        assert_eq!(on_worker(70, IdleList::pop_newest), Some(70));
     }
 }
