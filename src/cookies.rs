@@ -17,34 +17,54 @@ pub fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// [`read_cookie`] for several names in one pass over the `Cookie` headers: a request that
 /// needs four of Concert's cookies splits its cookie line once, not four times.
+///
+/// The line is read as bytes, pair by pair, and a value is taken only when it is ASCII text: a
+/// browser sends all of a site's cookies in one line, and one cookie of the origin's with a
+/// UTF-8 value must not hide Concert's (reading the whole line as text would drop all of them).
+/// A header value holds no control bytes but tab, so ASCII means visible text here.
 pub fn read_cookies<'a, const N: usize>(
     headers: &'a HeaderMap,
     names: [&str; N],
 ) -> [Option<&'a str>; N] {
     let mut found = [None; N];
     let mut missing = N;
-    let pairs = headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|line| line.split(';'));
-    for pair in pairs {
-        let Some((key, value)) = pair.split_once('=') else {
-            continue;
-        };
-        let key = key.trim();
-        // The first pair of each name counts, as browsers send the most specific first.
-        for (name, slot) in names.iter().zip(found.iter_mut()) {
-            if slot.is_none() && *name == key {
-                *slot = Some(value.trim().trim_matches('"'));
-                missing -= 1;
+    for line in headers.get_all(COOKIE) {
+        let line = line.as_bytes();
+        let mut start = 0;
+        // memchr steps over the long values (a pass is over 100 bytes) many bytes at a time.
+        for end in memchr::memchr_iter(b';', line).chain(std::iter::once(line.len())) {
+            let pair = &line[start..end];
+            start = end + 1;
+            let Some(equals) = memchr::memchr(b'=', pair) else {
+                continue;
+            };
+            let key = pair[..equals].trim_ascii();
+            // The first valid pair of each name counts, as browsers send the most specific
+            // first.
+            for (name, slot) in names.iter().zip(found.iter_mut()) {
+                if slot.is_none()
+                    && name.as_bytes() == key
+                    && let Some(value) = ascii_text(pair[equals + 1..].trim_ascii())
+                {
+                    *slot = Some(value.trim_matches('"'));
+                    missing -= 1;
+                }
             }
-        }
-        if missing == 0 {
-            break;
+            if missing == 0 {
+                return found;
+            }
         }
     }
     found
+}
+
+/// `bytes` as text when they are all ASCII.
+fn ascii_text(bytes: &[u8]) -> Option<&str> {
+    if bytes.is_ascii() {
+        std::str::from_utf8(bytes).ok()
+    } else {
+        None
+    }
 }
 
 /// Whether the request carried a cookie called `name` at all (even an empty one).
@@ -152,16 +172,20 @@ mod tests {
         assert_eq!(read_cookie(&map, "missing"), None);
     }
 
-    // One name looked up on its own, the plain way.
+    // One name looked up on its own, the plain way: the first pair of that name whose value
+    // is ASCII.
     fn read_cookie_by_splitting<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         headers
             .get_all(COOKIE)
             .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|line| line.split(';'))
+            .flat_map(|line| line.as_bytes().split(|&b| b == b';'))
             .find_map(|pair| {
-                let (key, value) = pair.split_once('=')?;
-                (key.trim() == name).then(|| value.trim().trim_matches('"'))
+                let equals = pair.iter().position(|&b| b == b'=')?;
+                if pair[..equals].trim_ascii() != name.as_bytes() {
+                    return None;
+                }
+                let value = std::str::from_utf8(pair[equals + 1..].trim_ascii()).ok()?;
+                value.is_ascii().then(|| value.trim_matches('"'))
             })
     }
 
@@ -182,6 +206,21 @@ mod tests {
                 proptest::prop_assert_eq!(value, read_cookie_by_splitting(&map, name));
             }
         }
+    }
+
+    #[test]
+    fn a_cookie_with_a_utf8_value_hides_nothing_else_on_the_line() {
+        let line =
+            HeaderValue::from_bytes("lang=Español; room_ticket=abc; x=ü".as_bytes()).unwrap();
+        let mut map = HeaderMap::new();
+        map.append(COOKIE, line);
+        assert_eq!(read_cookie(&map, "room_ticket"), Some("abc"));
+        assert_eq!(read_cookie(&map, "lang"), None, "not ASCII text");
+        // A value of ours that is not ASCII is passed over for a later valid one.
+        let line = HeaderValue::from_bytes("room_ticket=ä; room_ticket=ok".as_bytes()).unwrap();
+        let mut map = HeaderMap::new();
+        map.append(COOKIE, line);
+        assert_eq!(read_cookie(&map, "room_ticket"), Some("ok"));
     }
 
     #[test]

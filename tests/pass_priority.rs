@@ -148,6 +148,33 @@ async fn a_fresh_pass_is_not_reissued_and_an_old_one_slides_with_the_same_id() {
 }
 
 #[tokio::test]
+async fn an_origin_cookie_with_a_utf8_value_does_not_hide_the_pass() {
+    let (origin, _) = ranking_origin();
+    let concert = concert(&["-upstream", &origin.url()]).await;
+    let fresh = mint(&concert, &pass_id(3), unix_now() + 600);
+    // Browsers send the bytes of a cookie set with a UTF-8 value as they are.
+    let line = format!("lang=Español; concert_admit={fresh}; city=Zürich");
+    let response = plain_client()
+        .get(url(&concert, "/page"))
+        .header(COOKIE, HeaderValue::from_bytes(line.as_bytes()).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        set_cookies(&response, "concert_admit").is_empty(),
+        "the pass was read, so it is not reissued"
+    );
+    let seen = response.headers()["x-seen-cookie"].as_bytes();
+    assert_eq!(
+        seen,
+        "lang=Español; city=Zürich".as_bytes(),
+        "only the pass is taken out"
+    );
+    concert.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn queued_answers_never_carry_a_pass() {
     let (origin, gate) = ranking_origin();
     let concert = concert(&["-upstream", &origin.url(), "-cap", "1"]).await;
