@@ -85,6 +85,7 @@ pub(super) struct OriginConn {
     /// Names of the response headers being parsed and where their values lie; kept to reuse
     /// its allocation.
     spans: Vec<(HeaderName, usize, usize)>,
+    names: KnownNames,
     /// The `-upstream-timeout` timer, kept with the connection so that a pooled connection
     /// moves one timer from request to request.
     timer: MovingTimer,
@@ -96,6 +97,7 @@ impl OriginConn {
             stream,
             buf: BytesMut::new(),
             spans: Vec::new(),
+            names: KnownNames::default(),
             timer: MovingTimer::default(),
         }
     }
@@ -294,8 +296,12 @@ async fn exchange(
     let mut answered = false;
     loop {
         if !conn.buf.is_empty()
-            && let Some((head, framing, reusable)) =
-                parse_head(&mut conn.buf, &mut conn.spans, answers_without_body)?
+            && let Some((head, framing, reusable)) = parse_head(
+                &mut conn.buf,
+                &mut conn.spans,
+                &mut conn.names,
+                answers_without_body,
+            )?
         {
             conn.timer.disown();
             return Ok(Answer {
@@ -320,11 +326,43 @@ async fn exchange(
     }
 }
 
+/// The first header names of a connection's last response as the origin wrote them, with
+/// their parsed form. An origin sends the same names in the same order on every response, and
+/// comparing the bytes costs a fraction of parsing a name again.
+#[derive(Default)]
+struct KnownNames(Vec<(Box<[u8]>, HeaderName)>);
+
+impl KnownNames {
+    /// Names kept, and the longest kept, so an idle connection holds little.
+    const KEPT: usize = 32;
+    const KEPT_LENGTH: usize = 64;
+
+    /// The parsed name of header `index`, whose bytes are `raw`; `None` for an invalid name.
+    fn name(&mut self, index: usize, raw: &[u8]) -> Option<HeaderName> {
+        if let Some((known, name)) = self.0.get(index)
+            && **known == *raw
+        {
+            return Some(name.clone());
+        }
+        let name = HeaderName::from_bytes(raw).ok()?;
+        if index < Self::KEPT && raw.len() <= Self::KEPT_LENGTH {
+            let entry = (Box::from(raw), name.clone());
+            if index < self.0.len() {
+                self.0[index] = entry;
+            } else if index == self.0.len() {
+                self.0.push(entry);
+            }
+        }
+        Some(name)
+    }
+}
+
 /// Parses a complete response head at the front of the buffer, consuming it. Interim (1xx)
 /// answers are skipped; `None` means more bytes are needed.
 fn parse_head(
     buf: &mut BytesMut,
     spans: &mut Vec<(HeaderName, usize, usize)>,
+    names: &mut KnownNames,
     answers_without_body: bool,
 ) -> Result<Option<(http::response::Parts, Framing, bool)>, DirectError> {
     loop {
@@ -359,9 +397,10 @@ fn parse_head(
         };
         let base = buf.as_ptr() as usize;
         spans.clear();
-        for line in parsed.headers.iter() {
-            let name = HeaderName::from_bytes(line.name.as_bytes())
-                .map_err(|_| DirectError::Invalid("header name"))?;
+        for (index, line) in parsed.headers.iter().enumerate() {
+            let name = names
+                .name(index, line.name.as_bytes())
+                .ok_or(DirectError::Invalid("header name"))?;
             let start = line.value.as_ptr() as usize - base;
             spans.push((name, start, start + line.value.len()));
         }
@@ -994,7 +1033,7 @@ mod tests {
             let lengths = whole.get_all(header::CONTENT_LENGTH).iter().map(HeaderValue::as_bytes);
             let expected = framing_of(status, head_request, last_coding, lengths);
             let mut buf = BytesMut::from(raw.as_bytes());
-            let parsed = parse_head(&mut buf, &mut Vec::new(), head_request);
+            let parsed = parse_head(&mut buf, &mut Vec::new(), &mut KnownNames::default(), head_request);
             let (parsed, expected) = match (parsed, expected) {
                 (Err(_), Err(_)) => return Ok(()),
                 (Ok(Some(parsed)), Ok(expected)) => (parsed, expected),
@@ -1593,6 +1632,36 @@ mod tests {
             0,
             "the connection that timed out is not kept"
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn known_names_give_what_parsing_gives_however_the_names_change(
+            responses in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::prop_oneof![
+                        proptest::strategy::Just("Content-Length".to_owned()),
+                        proptest::strategy::Just("content-length".to_owned()),
+                        proptest::strategy::Just("Date".to_owned()),
+                        proptest::strategy::Just("X-Custom".to_owned()),
+                        proptest::strategy::Just("bad name".to_owned()),
+                        "[A-Za-z-]{1,80}",
+                    ],
+                    0..40,
+                ),
+                1..6,
+            ),
+        ) {
+            let mut names = KnownNames::default();
+            for response in &responses {
+                for (index, raw) in response.iter().enumerate() {
+                    let known = names.name(index, raw.as_bytes());
+                    proptest::prop_assert_eq!(known, HeaderName::from_bytes(raw.as_bytes()).ok());
+                }
+            }
+            proptest::prop_assert!(names.0.len() <= KnownNames::KEPT);
+            proptest::prop_assert!(names.0.iter().all(|(raw, _)| raw.len() <= KnownNames::KEPT_LENGTH));
+        }
     }
 
     #[tokio::test]
