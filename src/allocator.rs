@@ -23,26 +23,26 @@ pub struct Allocator;
 unsafe impl GlobalAlloc for Allocator {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let block = if layout.align() <= WORD {
-            // SAFETY: any size may be asked for; null reports failure, as GlobalAlloc expects.
-            unsafe { libmimalloc_sys::mi_malloc(layout.size()) }
-        } else {
-            // SAFETY: a Layout's alignment is a non-zero power of two.
-            unsafe { libmimalloc_sys::mi_malloc_aligned(layout.size(), layout.align()) }
-        };
-        block.cast()
+        // SAFETY: any size may be asked for; null reports failure, as GlobalAlloc expects.
+        unsafe {
+            by_alignment(
+                layout,
+                libmimalloc_sys::mi_malloc,
+                libmimalloc_sys::mi_malloc_aligned,
+            )
+        }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let block = if layout.align() <= WORD {
-            // SAFETY: as in `alloc`.
-            unsafe { libmimalloc_sys::mi_zalloc(layout.size()) }
-        } else {
-            // SAFETY: as in `alloc`.
-            unsafe { libmimalloc_sys::mi_zalloc_aligned(layout.size(), layout.align()) }
-        };
-        block.cast()
+        // SAFETY: as in `alloc`.
+        unsafe {
+            by_alignment(
+                layout,
+                libmimalloc_sys::mi_zalloc,
+                libmimalloc_sys::mi_zalloc_aligned,
+            )
+        }
     }
 
     #[inline]
@@ -69,6 +69,26 @@ unsafe impl GlobalAlloc for Allocator {
         };
         moved.cast()
     }
+}
+
+/// A block for `layout` from `plain` when a word's alignment is enough, else from `aligned`.
+///
+/// # Safety
+/// `plain` and `aligned` are a mimalloc allocation function and its aligned variant.
+#[inline]
+unsafe fn by_alignment(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    let block = if layout.align() <= WORD {
+        // SAFETY: the caller passes a mimalloc function, which takes any size.
+        unsafe { plain(layout.size()) }
+    } else {
+        // SAFETY: as above; a Layout's alignment is a non-zero power of two.
+        unsafe { aligned(layout.size(), layout.align()) }
+    };
+    block.cast()
 }
 
 #[cfg(test)]

@@ -504,9 +504,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_crowded_worker_keeps_an_idle_connection_only_for_the_head_limit() {
         let crowded = Arc::new(AtomicBool::new(true));
-        let is_crowded = crowded.clone();
-        let (_client, mut stream, activity) =
-            guarded_with(Arc::new(move || is_crowded.load(Ordering::Relaxed)));
+        let is_crowded: Crowded = {
+            let crowded = crowded.clone();
+            Arc::new(move || crowded.load(Ordering::Relaxed))
+        };
+        let (_client, mut stream, activity) = guarded_with(is_crowded.clone());
         assert_eq!(
             kept_idle_after_an_answer(&mut stream, &activity).await,
             HEAD
@@ -514,9 +516,7 @@ mod tests {
 
         // Once the crowd has gone, the next idle wait is the full idle limit again.
         crowded.store(false, Ordering::Relaxed);
-        let is_crowded = crowded.clone();
-        let (_client, mut stream, activity) =
-            guarded_with(Arc::new(move || is_crowded.load(Ordering::Relaxed)));
+        let (_client, mut stream, activity) = guarded_with(is_crowded);
         assert_eq!(
             kept_idle_after_an_answer(&mut stream, &activity).await,
             IDLE
