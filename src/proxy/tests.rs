@@ -431,6 +431,43 @@ async fn response_header_timeout_answers_502() {
     eventually("origin request abandoned", || origin.in_flight() == 0).await;
 }
 
+#[tokio::test]
+async fn the_header_timeout_bounds_connecting_to_an_origin_that_never_accepts() {
+    // The connect limit is 5 s; a 300 ms `-upstream-timeout` must end the wait first, for a
+    // page (the direct path) and for a request with a body (the pooled client).
+    let origin = origins::UnacceptingOrigin::new();
+    let mut config = settings(&origin.url());
+    config.upstream_timeout = Duration::from_millis(300);
+    let front = front(Proxy::new(config).unwrap(), false);
+    let started = Instant::now();
+    let (status, _, body) = get(front.addr, "/", &[]).await;
+    let waited = started.elapsed();
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert_eq!(&body[..], b"upstream unavailable\n");
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    eventually("hold released after the timeout", || front.holds() == 0).await;
+
+    let mut conn = connect(front.addr).await;
+    let started = Instant::now();
+    let response = tokio::time::timeout(
+        PATIENCE,
+        conn.sender.send_request(request(
+            Method::POST,
+            "/upload",
+            &[],
+            full(Bytes::from_static(b"form=1")),
+        )),
+    )
+    .await
+    .expect("an answer in time")
+    .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    eventually("hold released after the timeout", || front.holds() == 0).await;
+}
+
 /// Sends a POST whose body is `chunks` pieces `every` apart, through a proxy with a 300 ms
 /// `-upstream-timeout`, to the echo origin; `stall_after` stops sending (without ending the
 /// body) after that many pieces.

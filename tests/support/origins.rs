@@ -464,6 +464,45 @@ pub fn dead_origin_url() -> String {
     format!("http://{}", dead_origin_addr())
 }
 
+/// An origin whose accept queue is full, so a new connection to it neither completes nor is
+/// refused: the kernel drops its handshake and the client keeps retrying. The listener never
+/// accepts; a backlog of 0 holds the one connection made here, and the next ones wait.
+pub struct UnacceptingOrigin {
+    listener: socket2::Socket,
+    _queued: std::net::TcpStream,
+}
+
+impl UnacceptingOrigin {
+    pub fn new() -> UnacceptingOrigin {
+        let listener = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("origin socket");
+        let any_port: SocketAddr = "127.0.0.1:0".parse().expect("loopback address");
+        listener.bind(&any_port.into()).expect("bind 127.0.0.1:0");
+        listener.listen(0).expect("listen");
+        let addr = listener
+            .local_addr()
+            .ok()
+            .and_then(|addr| addr.as_socket())
+            .expect("listener address");
+        let queued = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+            .expect("the one connection the backlog holds");
+        UnacceptingOrigin {
+            listener,
+            _queued: queued,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        let addr = self
+            .listener
+            .local_addr()
+            .ok()
+            .and_then(|addr| addr.as_socket())
+            .expect("listener address");
+        format!("http://{addr}")
+    }
+}
+
 /// A raw origin (no HTTP library), for answers no well-behaved server would send: it reads each
 /// request head, writes `answer()` and hangs up. With a `pause`, the answer's head goes first
 /// and the rest follows after the pause; without one, it all goes in one write.
