@@ -236,6 +236,69 @@ pub fn usage() -> String {
     command().render_help().to_string()
 }
 
+/// Names a command-line mistake the way the operator typed it (clap only sees the rewritten
+/// `--name` forms), in the words Go's flag package used for the same mistakes.
+fn usage_message(error: &clap::Error, args: &[String]) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    const HINT: &str = "Run 'concert -help' to list the flags.";
+    let context = |kind| match error.get(kind) {
+        Some(ContextValue::String(text)) => Some(text.as_str()),
+        _ => None,
+    };
+    let invalid_arg = context(ContextKind::InvalidArg);
+    match (error.kind(), invalid_arg) {
+        (ErrorKind::UnknownArgument, Some(arg)) => match arg.strip_prefix("--") {
+            Some(body) => {
+                let name = body.split_once('=').map_or(body, |(name, _)| name);
+                let secret = if SECRET_FLAGS.contains(&name) {
+                    let env = format!("CONCERT_{}", name.to_ascii_uppercase().replace('-', "_"));
+                    format!(" (secrets are read only from the environment: set {env})")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "flag provided but not defined: {}{secret}\n{HINT}",
+                    as_typed(name, args)
+                )
+            }
+            None => format!("unexpected argument {arg:?}: Concert takes only flags\n{HINT}"),
+        },
+        (ErrorKind::InvalidValue, Some(arg))
+            if context(ContextKind::InvalidValue).is_some_and(str::is_empty) =>
+        {
+            let name = arg
+                .trim_start_matches('-')
+                .split([' ', '='])
+                .next()
+                .unwrap_or_default();
+            format!("flag needs an argument: {}\n{HINT}", as_typed(name, args))
+        }
+        _ => error.render().to_string().trim_end().to_string(),
+    }
+}
+
+/// Secrets that have no flag on purpose (a flag's value shows in the process list).
+const SECRET_FLAGS: &[&str] = &[
+    "admin-token",
+    "admit-secret",
+    "admit-secret-previous",
+    "portal-pass",
+];
+
+/// `name` with the dashes the operator put before it (`-name` when it cannot be found).
+fn as_typed(name: &str, args: &[String]) -> String {
+    args.iter()
+        .take_while(|arg| *arg != "--")
+        .find_map(|arg| {
+            let body = arg.trim_start_matches('-');
+            let dashes = arg.len() - body.len();
+            let typed_name = body.split_once('=').map_or(body, |(name, _)| name);
+            (matches!(dashes, 1 | 2) && typed_name == name)
+                .then(|| format!("{}{name}", &arg[..dashes]))
+        })
+        .unwrap_or_else(|| format!("-{name}"))
+}
+
 pub(super) fn parse_flags(args: &[String]) -> Result<FlagParse, ConfigError> {
     let (rewritten, help) = rewrite_args(args);
     if help {
@@ -249,7 +312,7 @@ pub(super) fn parse_flags(args: &[String]) -> Result<FlagParse, ConfigError> {
         .collect();
     let matches = command
         .try_get_matches_from(std::iter::once("concert".to_string()).chain(rewritten))
-        .map_err(|error| ConfigError::Usage(error.render().to_string().trim_end().to_string()))?;
+        .map_err(|error| ConfigError::Usage(usage_message(&error, args)))?;
     let mut values = HashMap::new();
     for name in names {
         if matches.value_source(name) == Some(ValueSource::CommandLine)

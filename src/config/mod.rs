@@ -347,6 +347,19 @@ impl Config {
             .unwrap_or(Source::Default)
     }
 
+    /// How to name `key` in a message about its value: as the operator gave it (the env var,
+    /// or the settings.json key), else as the flag.
+    pub fn name_of(&self, key: &str) -> &'static str {
+        let Some((_, def)) = setting(key) else {
+            return "(unknown setting)";
+        };
+        match self.source(key) {
+            Source::Env => def.env,
+            Source::File => def.key,
+            Source::Flag | Source::Default => def.flag,
+        }
+    }
+
     /// Applies one settings.json / API value: unknown and restart-only keys are refused, the
     /// JSON type must match (no coercion), then the per-value check runs. On error nothing
     /// changes. On success the key's source becomes `File`.

@@ -887,3 +887,63 @@ fn upstream_credentials_are_never_shown() {
         ("http://127.0.0.1:8080".to_string(), false)
     );
 }
+
+#[test]
+fn whole_config_errors_name_settings_as_they_were_given() {
+    let error = |list: &[&str], vars: &[(&str, &str)]| match start(list, vars) {
+        Err(error) => error.to_string(),
+        Ok(_) => panic!("{list:?} {vars:?} should be refused"),
+    };
+    // From the environment: the variable, never a flag the operator did not type.
+    let from_env = [
+        (
+            vec![("CONCERT_ABUSE_STRIKES", "0")],
+            vec!["CONCERT_ABUSE_STRIKES"],
+        ),
+        (
+            vec![("CONCERT_ABUSE_WINDOW", "0s")],
+            vec!["CONCERT_ABUSE_WINDOW"],
+        ),
+        (
+            vec![
+                ("CONCERT_ABUSE_MAX_COOLDOWN", "1m"),
+                ("CONCERT_ABUSE_COOLDOWN", "5m"),
+            ],
+            vec!["CONCERT_ABUSE_MAX_COOLDOWN", "CONCERT_ABUSE_COOLDOWN"],
+        ),
+        (
+            vec![
+                ("CONCERT_FIRST_POLL_GRACE", "10s"),
+                ("CONCERT_RETRY_AFTER", "6"),
+            ],
+            vec!["CONCERT_FIRST_POLL_GRACE", "CONCERT_RETRY_AFTER"],
+        ),
+        (
+            vec![("CONCERT_BAN_PATHS", "/.env"), ("CONCERT_ABUSE", "false")],
+            vec!["CONCERT_BAN_PATHS", "CONCERT_ABUSE"],
+        ),
+        (
+            vec![("CONCERT_BYPASS", "/x"), ("CONCERT_ASSETS", "/x")],
+            vec!["CONCERT_BYPASS", "CONCERT_ASSETS"],
+        ),
+        (
+            vec![("CONCERT_HTML_FILE", "/nonexistent/page.html")],
+            vec!["CONCERT_HTML_FILE"],
+        ),
+    ];
+    for (vars, names) in from_env {
+        let message = error(&[], &vars);
+        for name in names {
+            assert!(message.contains(name), "{name} in {message:?}");
+        }
+        assert!(!message.contains(" -"), "no flag in {message:?}");
+    }
+    // Mixed: each setting by its own source.
+    let message = error(&["-assets", "/x"], &[("CONCERT_BYPASS", "/x")]);
+    assert!(
+        message.contains("CONCERT_BYPASS") && message.contains("-assets"),
+        "{message}"
+    );
+    let message = error(&["-abuse-strikes", "0"], &[]);
+    assert!(message.contains("for -abuse-strikes"), "{message}");
+}

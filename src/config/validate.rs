@@ -25,7 +25,7 @@ fn check_key(config: &Config, key: &str) -> Result<(), String> {
         format!(
             "invalid value {:?} for {}: {reason}",
             to_text(value),
-            def.flag
+            config.name_of(key)
         )
     })
 }
@@ -40,13 +40,8 @@ pub(super) fn validate(config: &mut Config) -> Result<(), String> {
     if config.retry_after < 1 {
         config.retry_after = 1;
     }
-    check_grace(
-        config,
-        "first_poll_grace",
-        "-first-poll-grace",
-        config.first_poll_grace,
-    )?;
-    check_grace(config, "ready_grace", "-ready-grace", config.ready_grace)?;
+    check_grace(config, "first_poll_grace", config.first_poll_grace)?;
+    check_grace(config, "ready_grace", config.ready_grace)?;
     check_keys(
         config,
         &[
@@ -69,12 +64,12 @@ pub(super) fn validate(config: &mut Config) -> Result<(), String> {
     check_portal(config)?;
     check_path_lists(
         &[
-            ("-bypass", &config.bypass),
-            ("-assets", &config.assets),
-            ("-asset-public", &config.asset_public),
-            ("-stream-paths", &config.stream_paths),
+            (config.name_of("bypass"), &config.bypass),
+            (config.name_of("assets"), &config.assets),
+            (config.name_of("asset_public"), &config.asset_public),
+            (config.name_of("stream_paths"), &config.stream_paths),
         ],
-        Some(("-ban-paths", &config.ban_paths)),
+        Some((config.name_of("ban_paths"), &config.ban_paths)),
     )?;
     check_html(config)?;
     for def in SETTINGS {
@@ -84,12 +79,14 @@ pub(super) fn validate(config: &mut Config) -> Result<(), String> {
 }
 
 /// A grace must leave a client polling at the retry interval two chances to be seen.
-fn check_grace(config: &Config, key: &str, flag: &str, grace: Duration) -> Result<(), String> {
+fn check_grace(config: &Config, key: &str, grace: Duration) -> Result<(), String> {
     check_key(config, key)?;
+    let name = config.name_of(key);
+    let retry_after = config.name_of("retry_after");
     let minimum = Duration::from_secs(2 * u64::from(config.retry_after));
     if !grace.is_zero() && grace < minimum {
         return Err(format!(
-            "invalid value {:?} for {flag}: must be 0 or at least twice -retry-after ({})",
+            "invalid value {:?} for {name}: must be 0 or at least twice {retry_after} ({})",
             format_go_duration(grace),
             format_go_duration(minimum)
         ));
@@ -102,13 +99,18 @@ fn check_tls(config: &Config) -> Result<(), String> {
         return Ok(());
     }
     if config.tls_cache.trim().is_empty() {
-        return Err("-tls-cache must name a directory when -tls-domains is set".to_string());
+        return Err(format!(
+            "{} must name a directory when {} is set",
+            config.name_of("tls_cache"),
+            config.name_of("tls_domains")
+        ));
     }
     let email = config.tls_email.trim();
     if !email.is_empty() && !email.contains('@') {
         return Err(format!(
-            "invalid value {:?} for -tls-email: must be an e-mail address",
-            config.tls_email
+            "invalid value {:?} for {}: must be an e-mail address",
+            config.tls_email,
+            config.name_of("tls_email")
         ));
     }
     Ok(())
@@ -140,38 +142,47 @@ fn check_admit_secret(config: &mut Config) -> Result<(), String> {
 fn check_abuse(config: &Config) -> Result<(), String> {
     if !config.abuse {
         if !config.ban_paths.is_empty() {
-            return Err("-ban-paths requires -abuse".to_string());
+            return Err(format!(
+                "{} requires {} to be on",
+                config.name_of("ban_paths"),
+                config.name_of("abuse")
+            ));
         }
         return Ok(());
     }
     if config.abuse_strikes < 1 {
         return Err(format!(
-            "invalid value \"{}\" for -abuse-strikes: must be at least 1",
-            config.abuse_strikes
+            "invalid value \"{}\" for {}: must be at least 1",
+            config.abuse_strikes,
+            config.name_of("abuse_strikes")
         ));
     }
-    for (flag, value) in [
-        ("-abuse-window", config.abuse_window),
-        ("-abuse-cooldown", config.abuse_cooldown),
+    for (key, value) in [
+        ("abuse_window", config.abuse_window),
+        ("abuse_cooldown", config.abuse_cooldown),
     ] {
         if value.is_zero() {
             return Err(format!(
-                "invalid value \"{}\" for {flag}: must be more than 0s",
-                format_go_duration(value)
+                "invalid value \"{}\" for {}: must be more than 0s",
+                format_go_duration(value),
+                config.name_of(key)
             ));
         }
     }
     if config.abuse_max_cooldown < config.abuse_cooldown {
         return Err(format!(
-            "invalid value \"{}\" for -abuse-max-cooldown: must be at least -abuse-cooldown ({})",
+            "invalid value \"{}\" for {}: must be at least {} ({})",
             format_go_duration(config.abuse_max_cooldown),
+            config.name_of("abuse_max_cooldown"),
+            config.name_of("abuse_cooldown"),
             format_go_duration(config.abuse_cooldown)
         ));
     }
     if config.abuse_max_entries < 1 {
         return Err(format!(
-            "invalid value \"{}\" for -abuse-max-entries: must be at least 1",
-            config.abuse_max_entries
+            "invalid value \"{}\" for {}: must be at least 1",
+            config.abuse_max_entries,
+            config.name_of("abuse_max_entries")
         ));
     }
     Ok(())
@@ -182,9 +193,10 @@ fn check_portal(config: &Config) -> Result<(), String> {
         return Ok(());
     }
     if config.portal_allow.is_empty() {
-        return Err(
-            "-portal-allow must list at least one address while the portal listens".to_string(),
-        );
+        return Err(format!(
+            "{} must list at least one address while the portal listens",
+            config.name_of("portal_allow")
+        ));
     }
     if config.portal_pass.len() < MIN_PORTAL_PASS_LEN {
         return Err(format!(
@@ -209,7 +221,13 @@ fn check_html(config: &Config) -> Result<(), String> {
                 Err("not a regular file".to_string())
             }
         });
-    readable.map_err(|reason| format!("-html {:?} cannot be read: {reason}", config.html))
+    readable.map_err(|reason| {
+        format!(
+            "{} {:?} cannot be read: {reason}",
+            config.name_of("html"),
+            config.html
+        )
+    })
 }
 
 /// Upper bound on runtime worker threads; far above any sensible setting, low enough that a
