@@ -520,7 +520,7 @@ pub async fn start_on_workers(
         };
         StartError::Build(BuildError::Config(format!("{message}{hint}")))
     })?;
-    check_unavailable_parts(&config)?;
+    refuse_unavailable_parts(&config)?;
     let listener = match listener {
         Some(listener) => listener,
         None => server::bind(&config.listen)
@@ -568,7 +568,8 @@ pub async fn start_on_workers(
         ));
     }
     // Only now, with the listener bound and saved state loaded, is the start a success.
-    log_summary(&app.generation().config);
+    log_summary(&app.generation().config, data_dir.as_deref());
+    warn_unavailable_parts(&app.generation().config);
     if app.generation().config.admit_secret_generated {
         tracing::warn!(
             "CONCERT_ADMIT_SECRET is not set: using a random secret, so passes reset on restart and are not shared between instances"
@@ -742,18 +743,24 @@ const UNAVAILABLE_PARTS: &[(&str, &str)] = &[
 /// them would break existing deployments).
 const MIN_ADMIN_TOKEN_LEN: usize = 16;
 
-/// Refuses to start when HTTPS is asked for (serving plain HTTP where HTTPS was configured would
-/// be worse than not starting), and warns for every other setting of a missing part and for a
-/// guessable admin token.
-fn check_unavailable_parts(config: &Config) -> Result<(), StartError> {
+/// Refuses to start when HTTPS is asked for: serving plain HTTP where HTTPS was configured would
+/// be worse than not starting.
+fn refuse_unavailable_parts(config: &Config) -> Result<(), StartError> {
     if !config.tls_domains.is_empty() {
         return Err(StartError::Build(BuildError::Config(format!(
-            "-tls-domains {}: this version does not serve HTTPS itself; terminate TLS in front of \
+            "{} {}: this version does not serve HTTPS itself; terminate TLS in front of \
              Concert (docs/operations.md, \"nginx in front\") and leave -tls-domains and \
              CONCERT_TLS_DOMAINS empty",
+            config.name_of("tls_domains"),
             config.tls_domains.as_str()
         ))));
     }
+    Ok(())
+}
+
+/// Warns for every setting of a missing part that would have done something, and for a
+/// guessable admin token. Said once the start has succeeded, so a failed start stays one line.
+fn warn_unavailable_parts(config: &Config) {
     if !config.admin_token.is_empty() && config.admin_token.len() < MIN_ADMIN_TOKEN_LEN {
         tracing::warn!(
             "CONCERT_ADMIN_TOKEN is only {} bytes: anyone who guesses it can change the cap and bans; use at least {MIN_ADMIN_TOKEN_LEN} random bytes (e.g. openssl rand -hex 32)",
@@ -767,16 +774,17 @@ fn check_unavailable_parts(config: &Config) -> Result<(), StartError> {
         );
     }
     for (key, part) in UNAVAILABLE_PARTS {
-        if config.source(key) != config::Source::Default
-            && let Some(def) = config::table::SETTINGS.iter().find(|d| d.key == *key)
-        {
+        // Turning a missing part off (an empty address or path, `false`) asks for nothing.
+        let asks_for_something = config
+            .value_text(key)
+            .is_some_and(|text| !text.is_empty() && text != "false");
+        if config.source(key) != config::Source::Default && asks_for_something {
             tracing::warn!(
                 "{} is set, but {part} is not in this version: it has no effect",
-                def.flag
+                config.name_of(key)
             );
         }
     }
-    Ok(())
 }
 
 /// What `-demo` changes where the operator left the default: a small cap so a few tabs fill it,
@@ -828,10 +836,17 @@ fn warn_if_metrics_path_is_routed(generation: &Generation) {
     }
 }
 
-fn log_summary(config: &Config) {
+/// The start summary (02 §7): the room's numbers on one line, then a line for each part that
+/// is on, so an operator reading the journal sees what this process enforces.
+fn log_summary(config: &Config, data_dir: Option<&persist::DataDir>) {
     use config::duration::format_go_duration as go;
+    let derived = if config.asset_cap == 0 {
+        " (derived)"
+    } else {
+        ""
+    };
     tracing::info!(
-        "concert {VERSION}: {} -> {} cap={} max-queue={} ticket-ttl={} first-poll-grace={} ready-grace={}",
+        "concert {VERSION}: {} -> {} cap={} max-queue={} ticket-ttl={} first-poll-grace={} ready-grace={} asset-cap={}{derived} asset-user-cap-h1={} asset-user-cap-h2={}",
         config.listen,
         config.upstream_shown(),
         config.cap,
@@ -839,7 +854,50 @@ fn log_summary(config: &Config) {
         go(config.effective_token_ttl()),
         go(config.first_poll_grace),
         go(config.ready_grace),
+        config.effective_asset_cap(),
+        config.asset_user_cap_h1,
+        config.asset_user_cap_h2,
     );
+    let lane_derived = if config.priority_cap == 0 {
+        " (derived)"
+    } else {
+        ""
+    };
+    tracing::info!(
+        "priority lane: cap={}{lane_derived} wait={} ranks={} forms={}",
+        config.effective_priority_cap(),
+        go(config.priority_wait),
+        priority::lane_ranks_text(config.priority_lane_rank),
+        if config.priority_forms { "on" } else { "off" },
+    );
+    if !config.stream_paths.is_empty() {
+        tracing::info!(
+            "streams: paths={} cap={}",
+            config.stream_paths.as_str(),
+            config.stream_cap,
+        );
+    }
+    if config.abuse {
+        tracing::info!(
+            "abuse registry: strikes={} window={} cooldown={}..{} max-entries={} ban-paths={} allowed-ranges={}",
+            config.abuse_strikes,
+            go(config.abuse_window),
+            go(config.abuse_cooldown),
+            go(config.abuse_max_cooldown),
+            config.abuse_max_entries,
+            config.ban_paths.len(),
+            config.abuse_allow.len(),
+        );
+    } else {
+        tracing::info!("abuse registry: off");
+    }
+    match data_dir {
+        Some(dir) => tracing::info!(
+            "data dir: {} (bans, the waiting line and settings survive restarts)",
+            dir.path().display()
+        ),
+        None => tracing::info!("data dir: none (-data-dir is empty): nothing survives a restart"),
+    }
     if config.upstream_has_userinfo() {
         tracing::warn!(
             "-upstream carries a user name or password, which is never sent to the origin (nor shown in /_room/stats)"

@@ -23,8 +23,31 @@ fn version_wins_over_bad_values() {
 
 #[test]
 fn unknown_flag_is_a_usage_error() {
-    let out = run(&["-nope"]);
-    assert_eq!(out.status.code(), Some(2));
+    let usage_error = |args: &[&str]| {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Named as typed, in the words of Go's flag package.
+    let err = usage_error(&["-nope"]);
+    assert!(
+        err.contains("flag provided but not defined: -nope"),
+        "{err}"
+    );
+    let err = usage_error(&["--nope=3"]);
+    assert!(
+        err.contains("flag provided but not defined: --nope"),
+        "{err}"
+    );
+    let err = usage_error(&["-admin-token", "x"]);
+    assert!(
+        err.contains("-admin-token") && err.contains("set CONCERT_ADMIN_TOKEN"),
+        "{err}"
+    );
+    let err = usage_error(&["-data-dir=", "-cap"]);
+    assert!(err.contains("flag needs an argument: -cap"), "{err}");
+    let err = usage_error(&["-data-dir=", "reconcile"]);
+    assert!(err.contains("\"reconcile\""), "{err}");
 }
 
 #[test]
@@ -59,10 +82,18 @@ fn start_up_failures_print_one_line_and_no_banner() {
 
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let out = run(&["-listen", &addr, "-data-dir="]);
+    // Warnings about settings wait for a successful start, so the failure stays one line.
+    let out = run(&[
+        "-listen",
+        &addr,
+        "-data-dir=",
+        "-fastlane-config",
+        "/nonexistent/fastlane.json",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&addr), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(
         !err.contains("cap="),
         "the start banner came before the failure: {err}"
@@ -113,6 +144,49 @@ fn settings_of_missing_parts_and_a_short_admin_token_are_warned_about() {
         "{err}"
     );
     assert!(err.contains("CONCERT_ADMIN_TOKEN is only 7 bytes"), "{err}");
+}
+
+#[test]
+fn the_start_summary_names_every_part_that_is_on() {
+    let port = free_port();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap().to_owned();
+    let mut child = Command::new(BIN)
+        .args([
+            "-listen",
+            &format!("127.0.0.1:{port}"),
+            "-data-dir",
+            &data_dir,
+            "-stream-paths",
+            "/ws",
+            "-ban-paths",
+            "/.env,/wp-login.php",
+            // Turning off a part this version lacks asks for nothing: no warning.
+            "-portal-listen",
+            "",
+        ])
+        .env_remove("CONCERT_CAPACITY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let healthy = wait_for_health(port);
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(healthy, "{err}");
+    for expected in [
+        "cap=434 ",
+        "asset-cap=55552 (derived) asset-user-cap-h1=8 asset-user-cap-h2=128",
+        "priority lane: cap=108 (derived) wait=5s ranks=customer and above forms=on",
+        "streams: paths=/ws cap=1000",
+        "abuse registry: strikes=20 ",
+        "ban-paths=2 ",
+        &format!("data dir: {data_dir} "),
+    ] {
+        assert!(err.contains(expected), "{expected:?} missing: {err}");
+    }
+    assert!(!err.contains("-portal-listen"), "{err}");
 }
 
 #[test]
