@@ -51,24 +51,69 @@ pub async fn handle(
     };
     parts.extensions.insert(Client(info.client));
     let request = Request::from_parts(parts, Body::new(body));
-    match routes(app.clone()).oneshot(request).await {
+    let mut response = match routes(app.clone()).oneshot(request).await {
         Ok(response) => response,
         Err(never) => match never {},
+    };
+    // axum names a route's methods on any answer for a method it lacks; a route that does
+    // not exist (an admin route without a token) must not.
+    if response.status() == StatusCode::NOT_FOUND {
+        response.headers_mut().remove(header::ALLOW);
     }
+    response
 }
 
 fn routes(app: Arc<App>) -> Router {
     Router::new()
-        .route("/_room/healthz", get(healthz))
-        .route("/_room/stats", get(stats))
-        .route("/_room/metrics", get(metrics))
-        .route("/_room/cap", post(set_cap))
+        .route(
+            "/_room/healthz",
+            get(healthz).fallback(not_allowed("GET, HEAD")),
+        )
+        .route(
+            "/_room/stats",
+            get(stats).fallback(not_allowed("GET, HEAD")),
+        )
+        .route(
+            "/_room/metrics",
+            get(metrics).fallback(not_allowed("GET, HEAD")),
+        )
+        .route(
+            "/_room/cap",
+            post(set_cap).fallback(admin_not_allowed("POST")),
+        )
         .route(
             "/_room/abuse",
-            get(abuse_list).delete(abuse_unban).post(abuse_ban),
+            get(abuse_list)
+                .delete(abuse_unban)
+                .post(abuse_ban)
+                .fallback(admin_not_allowed("GET, HEAD, POST, DELETE")),
         )
         .fallback(|| async { Rejection::ReservedNotFound.into_response(false) })
         .with_state(app)
+}
+
+/// The 405 every reserved path gives for a method it does not serve (axum's own has no body
+/// and spells `Allow` differently).
+fn not_allowed(
+    allow: &'static str,
+) -> impl Fn() -> std::future::Ready<Response<Body>> + Clone + Send + Sync + 'static {
+    move || std::future::ready(Rejection::MethodNotAllowed { allow }.into_response(false))
+}
+
+/// [`not_allowed`] for an admin route, which does not exist at all (404 for every method)
+/// while no admin token is configured.
+fn admin_not_allowed(
+    allow: &'static str,
+) -> impl Fn(State<Arc<App>>) -> std::future::Ready<Response<Body>> + Clone + Send + Sync + 'static
+{
+    move |State(app): State<Arc<App>>| {
+        let rejection = if app.generation().config.admin_token.is_empty() {
+            Rejection::AdminDisabled
+        } else {
+            Rejection::MethodNotAllowed { allow }
+        };
+        std::future::ready(rejection.into_response(false))
+    }
 }
 
 async fn healthz() -> impl IntoResponse {

@@ -254,6 +254,8 @@ async fn reserved_paths_never_reach_the_origin() {
         .await
         .unwrap();
     assert_eq!(post_stats.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(post_stats.headers()["allow"], "GET, HEAD");
+    assert_eq!(post_stats.text().await.unwrap(), "method not allowed\n");
     let unknown = client
         .get(url(&concert, "/_room/secret"))
         .send()
@@ -310,6 +312,20 @@ async fn cap_endpoint_needs_the_admin_token() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    // Without a token the admin routes do not exist for any method, and name none.
+    for (method, path) in [
+        (reqwest::Method::GET, "/_room/cap"),
+        (reqwest::Method::PUT, "/_room/cap/"),
+        (reqwest::Method::PATCH, "/_room/abuse"),
+    ] {
+        let response = plain_client()
+            .request(method.clone(), url(&without, path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{method} {path}");
+        assert!(response.headers().get("allow").is_none(), "{method} {path}");
+    }
 
     // Loopback is not trusted here, so wrong tokens from it are struck.
     let with = concert_with_env(
@@ -333,6 +349,10 @@ async fn cap_endpoint_needs_the_admin_token() {
         .await
         .unwrap();
     assert_eq!(none.status(), StatusCode::UNAUTHORIZED);
+    let get_cap = client.get(&cap_url).send().await.unwrap();
+    assert_eq!(get_cap.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(get_cap.headers()["allow"], "POST");
+    assert_eq!(get_cap.text().await.unwrap(), "method not allowed\n");
     let wrong = client
         .post(&cap_url)
         .bearer_auth("nope")
