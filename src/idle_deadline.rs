@@ -1,5 +1,5 @@
-//! Deadlines on a client connection's reads: the first request, the wait between HTTP/1
-//! requests (slow heads and idle keep-alive), and an idle HTTP/2 connection.
+//! Deadlines on a client connection: its reads (the first request, the wait between HTTP/1
+//! requests (slow heads and idle keep-alive), an idle HTTP/2 connection) and its writes.
 //!
 //! hyper's header-read timer starts only once it knows the protocol: before that, the
 //! connection builder waits for the first bytes (up to the 24 of the HTTP/2 preface) without any
@@ -24,6 +24,13 @@
 //! later. A connection switched to another protocol (WebSocket, CONNECT) has no deadline.
 //! The checks live in the read path hyper polls anyway: a busy HTTP/1 connection pays a few
 //! atomic loads per read and one clock read per exchange.
+//!
+//! Writes have one limit, the send limit (60 s, nginx's `send_timeout`): a write the client
+//! takes nothing of for that long fails, so hyper closes the connection and the response it was
+//! carrying (with the slot it holds) is dropped. A page slot is otherwise held until the answer
+//! is delivered, and visitors who stop reading could hold every slot indefinitely. Any bytes
+//! taken start the limit again, so a slow reader keeps its answer. The timer is made the first
+//! time a write blocks; writes that go straight out cost nothing more.
 
 use std::io;
 use std::pin::Pin;
@@ -116,7 +123,7 @@ impl ConnectionActivity {
     /// close is due; `Fail`: reads fail, `limits.head` after opening while no request has come,
     /// or [`GOAWAY_GRACE`] after a polite close was asked. The flag says whether the reader must
     /// stay registered for stream endings.
-    fn deadline(&self, limits: ReadLimits) -> (Deadline, bool) {
+    fn deadline(&self, limits: ConnLimits) -> (Deadline, bool) {
         if !self.first_arrived.load(Ordering::Relaxed) {
             return (Deadline::Fail(self.since + limits.head), true);
         }
@@ -226,27 +233,30 @@ impl<B: Body> Body for CountedBody<B> {
     }
 }
 
-/// How long a client connection's reads may wait; see the module's documentation.
+/// How long a client connection may wait; see the module's documentation.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ReadLimits {
+pub(crate) struct ConnLimits {
     /// For a request head: the first from the connection's opening, a later HTTP/1 one from its
     /// first bytes.
     pub head: Duration,
     /// For the next request on a keep-alive connection, from the last answer (HTTP/1) or the
     /// last stream's end (HTTP/2).
     pub idle: Duration,
+    /// For a write the client does not take: a client that stops reading would otherwise hold
+    /// its page, asset or stream slot for as long as it keeps the connection open.
+    pub send: Duration,
 }
 
 /// Whether the connection's worker is crowded, so that an HTTP/1 connection falling idle gets
 /// the head limit instead of the idle limit.
 pub(crate) type Crowded = Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// A client stream whose reads fail with `TimedOut` at the [`ConnectionActivity`] deadline;
-/// writes pass through, noted for the HTTP/1 deadline.
+/// A client stream whose reads fail with `TimedOut` at the [`ConnectionActivity`] deadline,
+/// and whose writes fail with `TimedOut` once the client has taken nothing for the send limit.
 pub(crate) struct IdleDeadline<T> {
     inner: T,
     activity: Arc<ConnectionActivity>,
-    limits: ReadLimits,
+    limits: ConnLimits,
     crowded: Crowded,
     /// Kept while no deadline applies (it may then wake the task once for nothing), so a busy
     /// connection moves one timer forward instead of making a new one per request; dropped for
@@ -254,9 +264,13 @@ pub(crate) struct IdleDeadline<T> {
     timer: MovingTimer,
     /// When the connection last wrote: an HTTP/1 answer ends with a write.
     last_write: Option<Instant>,
-    /// The last write could not go out (the client is not reading): like hyper, no deadline
-    /// runs while an answer is still on its way.
+    /// The last write could not go out (the client is not reading): like hyper, no read
+    /// deadline runs while an answer is still on its way.
     write_blocked: bool,
+    /// When the client last stopped taking bytes, while it still has not taken any since.
+    blocked_since: Option<Instant>,
+    /// Set for `blocked_since` + the send limit; created the first time a write blocks.
+    send_timer: MovingTimer,
     /// Bytes have been read since the last write: on HTTP/1 between exchanges, the start of the
     /// next request head.
     head_begun: bool,
@@ -270,7 +284,7 @@ impl<T> IdleDeadline<T> {
     pub(crate) fn new(
         inner: T,
         activity: Arc<ConnectionActivity>,
-        limits: ReadLimits,
+        limits: ConnLimits,
         crowded: Crowded,
     ) -> Self {
         IdleDeadline {
@@ -281,12 +295,19 @@ impl<T> IdleDeadline<T> {
             timer: MovingTimer::default(),
             last_write: None,
             write_blocked: false,
+            blocked_since: None,
+            send_timer: MovingTimer::default(),
             head_begun: false,
             head_begun_at: None,
         }
     }
 
-    fn note_write(&mut self, written: &Poll<io::Result<usize>>) {
+    /// Notes a write's outcome; a write still blocked past the send limit becomes an error.
+    fn note_write(
+        &mut self,
+        written: Poll<io::Result<usize>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
         match written {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {}
             Poll::Ready(Ok(_)) => {
@@ -294,9 +315,27 @@ impl<T> IdleDeadline<T> {
                 self.write_blocked = false;
                 self.head_begun = false;
                 self.head_begun_at = None;
+                if self.blocked_since.take().is_some() {
+                    // The client reads again; its timer must not wake the task for nothing.
+                    self.send_timer.disown();
+                }
             }
-            Poll::Pending => self.write_blocked = true,
+            Poll::Pending => return self.blocked(cx),
         }
+        written
+    }
+
+    /// The client is not taking bytes: pending until the send limit, then `TimedOut`.
+    fn blocked<R>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<R>> {
+        self.write_blocked = true;
+        let since = *self.blocked_since.get_or_insert_with(Instant::now);
+        if self.send_timer.poll_passed(since + self.limits.send, cx) {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took nothing within the send timeout",
+            )));
+        }
+        Poll::Pending
     }
 
     /// Whether reads must fail now; asks for the polite close when that is due, and arms,
@@ -379,8 +418,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for IdleDeadline<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.inner).poll_write(cx, buf);
-        this.note_write(&written);
-        written
+        this.note_write(written, cx)
     }
 
     fn poll_write_vectored(
@@ -390,8 +428,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for IdleDeadline<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.note_write(&written);
-        written
+        this.note_write(written, cx)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -402,8 +439,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for IdleDeadline<T> {
         let this = self.get_mut();
         let flushed = Pin::new(&mut this.inner).poll_flush(cx);
         match flushed {
+            // Not progress by itself: only a write that takes bytes resets the send limit.
             Poll::Ready(Ok(())) => this.write_blocked = false,
-            Poll::Pending => this.write_blocked = true,
+            Poll::Pending => return this.blocked(cx),
             Poll::Ready(Err(_)) => {}
         }
         flushed
@@ -421,9 +459,11 @@ mod tests {
 
     const HEAD: Duration = Duration::from_secs(10);
     const IDLE: Duration = Duration::from_secs(120);
-    const LIMITS: ReadLimits = ReadLimits {
+    const SEND: Duration = Duration::from_secs(60);
+    const LIMITS: ConnLimits = ConnLimits {
         head: HEAD,
         idle: IDLE,
+        send: SEND,
     };
 
     fn guarded() -> (
@@ -581,13 +621,58 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(exchange);
         let mut buf = [0u8; 8];
-        let read = tokio::time::timeout(Duration::from_secs(60), reader.read(&mut buf)).await;
+        // Longer than a head may take, within the send limit.
+        let read = tokio::time::timeout(Duration::from_secs(30), reader.read(&mut buf)).await;
         assert!(read.is_err(), "no deadline while the answer is stuck");
         let mut answer = vec![0u8; 200];
         client.read_exact(&mut answer).await.unwrap();
         let _writer = writing.await.unwrap();
         let error = reader.read(&mut buf).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_takes_nothing_fails_the_write_at_the_send_limit() {
+        let (_client, mut stream, activity) = guarded();
+        let _exchange = activity.exchange_opened();
+        // The pipe holds 64 bytes: the rest waits for a client that never reads.
+        stream.write_all(&[b'x'; 64]).await.unwrap();
+        let blocked = Instant::now();
+        let error = stream.write_all(&[b'y'; 64]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(blocked.elapsed(), SEND);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_reader_keeps_its_connection_as_long_as_it_takes_bytes() {
+        let (mut client, mut stream, activity) = guarded();
+        let _exchange = activity.exchange_opened();
+        let started = Instant::now();
+        // Ten pipefuls, the client taking one every 50 s: 450 s in all, never 60 s stuck.
+        let writing =
+            tokio::spawn(async move { stream.write_all(&[b'x'; 640]).await.map(|()| stream) });
+        let mut taken = 0;
+        let mut buf = [0u8; 64];
+        while taken < 640 {
+            tokio::time::sleep(Duration::from_secs(50)).await;
+            match client.read(&mut buf).await.unwrap() {
+                0 => break,
+                read => taken += read,
+            }
+        }
+        let mut stream = writing
+            .await
+            .unwrap()
+            .expect("the slow reader got everything");
+        assert!(started.elapsed() > SEND * 5);
+        assert!(stream.blocked_since.is_none());
+
+        // Its timer let go of the task: blocked again, the limit counts from the new block.
+        stream.write_all(&[b'x'; 64]).await.unwrap();
+        let blocked = Instant::now();
+        let error = stream.write_all(&[b'y'; 1]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(blocked.elapsed(), SEND);
     }
 
     #[tokio::test(start_paused = true)]

@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::App;
 use crate::framing::{FramingGuard, FramingWatch, Refusal};
-use crate::idle_deadline::{ConnectionActivity, CountedBody, IdleDeadline, ReadLimits};
+use crate::idle_deadline::{ConnLimits, ConnectionActivity, CountedBody, IdleDeadline};
 
 /// Slow clients get this long to send a request head (slowloris): the first request from the
 /// connection's opening, a later one from its first bytes.
@@ -403,9 +403,10 @@ fn serve_connection(
     let idle = activity.clone();
     let (limits, crowded) = {
         let config = &app.generation().config;
-        let limits = ReadLimits {
+        let limits = ConnLimits {
             head: HEADER_READ_TIMEOUT,
             idle: config.keep_alive_idle,
+            send: config.client_send_timeout,
         };
         (limits, held.crowding(config.keep_alive_crowd))
     };

@@ -1592,6 +1592,62 @@ async fn read_until(stream: &mut tokio::net::TcpStream, wanted: &[u8], limit: Du
     seen
 }
 
+/// A visitor whose browser stops taking the page (a stalled reader, or one holding slots on
+/// purpose) is cut off once it has taken nothing for the send timeout, and its slot goes to
+/// the next in line; a reader that is merely slow is not.
+#[tokio::test]
+async fn a_client_that_stops_reading_gives_its_slot_back_after_the_send_timeout() {
+    use tokio::io::AsyncWriteExt as _;
+    const SEND_LIMIT: Duration = Duration::from_secs(1);
+    let origin = origins::large_origin(256 * 1024 * 1024);
+    let concert = concert_adjusted(&["-upstream", &origin.url(), "-cap", "1"], &[], |config| {
+        config.client_send_timeout = SEND_LIMIT;
+    })
+    .await;
+    let mut stalled = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
+    stalled
+        .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_until(&mut stalled, b"\r\n\r\n", Duration::from_secs(5)).await;
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    assert_eq!(concert.app.room.stats().occupancy, 1);
+    // The stalled reader keeps its connection open and never reads again.
+    let freed = eventually(SEND_LIMIT + Duration::from_secs(10), || {
+        concert.app.room.stats().occupancy == 0
+    })
+    .await;
+    assert!(freed, "the slot was not given back");
+    eventually(Duration::from_secs(5), || origin.in_flight() == 0).await;
+    assert_eq!(origin.in_flight(), 0, "the origin request was abandoned");
+
+    // A reader that keeps taking bytes, in small steps, gets its whole answer.
+    let slow_origin = origins::large_origin(8 * 1024 * 1024);
+    let concert = concert_adjusted(&["-upstream", &slow_origin.url()], &[], |config| {
+        config.client_send_timeout = SEND_LIMIT;
+    })
+    .await;
+    let mut slow = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
+    slow.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut received = 0usize;
+    let mut chunk = vec![0u8; 256 * 1024];
+    let reading = async {
+        loop {
+            match tokio::io::AsyncReadExt::read(&mut slow, &mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => received += read,
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), reading)
+        .await
+        .expect("the slow reader finished");
+    assert!(received > 8 * 1024 * 1024, "{received} bytes");
+}
+
 // The header timeout (10 s) bounds the wait for a request head, never an answer in progress
 // or a tunnel: a response streamed for longer, and a WebSocket silent for longer, both carry on.
 #[tokio::test]

@@ -223,6 +223,10 @@ pub struct Config {
     /// read yet: 120 s, as in the HTTP server Concert was ported from. Not a flag (that server
     /// had none); tests shorten it.
     pub keep_alive_idle: Duration,
+    /// How long a client may take none of the bytes Concert has for it before the connection
+    /// is closed, freeing its slot: 60 s, nginx's `send_timeout`. Counted from the write that
+    /// found the client not reading; any progress starts it again. Not a flag; tests shorten it.
+    pub client_send_timeout: Duration,
     /// Open connections per worker beyond which an HTTP/1 connection falling idle is kept only
     /// for the 10 s a request head may take: each idle connection holds about 36 KB, and a spike
     /// of visitors would otherwise keep two minutes' worth of them (1,024: the `worker_connections`
@@ -306,6 +310,7 @@ impl Default for Config {
             workers: 0,
             metrics_path: Some(DEFAULT_METRICS_PATH.to_string()),
             keep_alive_idle: Duration::from_secs(120),
+            client_send_timeout: Duration::from_secs(60),
             keep_alive_crowd: 1024,
             sources: vec![Source::Default; SETTINGS.len()],
         }
@@ -334,6 +339,7 @@ impl fmt::Debug for Config {
             .field("workers", &self.workers)
             .field("metrics_path", &self.metrics_path)
             .field("keep_alive_idle", &self.keep_alive_idle)
+            .field("client_send_timeout", &self.client_send_timeout)
             .field("keep_alive_crowd", &self.keep_alive_crowd)
             .finish()
     }

@@ -365,6 +365,27 @@ pub fn streaming_origin(chunks: usize, every: Duration) -> Origin {
     })
 }
 
+/// Answers with `bytes` bytes of `x` in 64 KiB chunks, as fast as the reader takes them: more
+/// than the sockets and buffers on the way hold, so a client that stops reading stalls it.
+pub fn large_origin(bytes: usize) -> Origin {
+    const CHUNK: usize = 64 * 1024;
+    origin_with(move |_, _| async move {
+        let chunk = Bytes::from(vec![b'x'; CHUNK]);
+        let frames = futures_util::stream::unfold(0usize, move |sent| {
+            let chunk = chunk.clone();
+            async move {
+                if sent >= bytes {
+                    return None;
+                }
+                let piece = chunk.slice(..CHUNK.min(bytes - sent));
+                let next = sent + piece.len();
+                Some((Ok::<_, Infallible>(Frame::data(piece)), next))
+            }
+        });
+        Response::new(StreamBody::new(frames).boxed_unsync())
+    })
+}
+
 /// Server-sent events: `data: hello` at once, then `data: tick <n>` every 100 ms for at most
 /// a minute, so a stream stays open as long as a test needs it.
 pub fn sse_origin() -> Origin {
