@@ -513,6 +513,55 @@ fn whatever_an_origin_answers_concert_relays_or_says_502_and_frees_the_slot() {
     });
 }
 
+/// Answers that parse but are not HTTP as a client may take it: a status beyond 599 is the
+/// origin's failure (502), and a length given as a list of equal values reaches the client as
+/// the one value (RFC 9110 §8.6). Pages take Concert's own origin path, forms the pooled client.
+#[tokio::test]
+async fn odd_statuses_and_listed_lengths_from_the_origin_are_not_passed_on() {
+    let script = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let current = Arc::clone(&script);
+    let upstream = origins::hanging_up_origin(move || current.lock().clone(), Duration::ZERO).await;
+    let concert = concert(&["-upstream", &upstream]).await;
+    let requests: [&[u8]; 2] = [
+        b"GET /page HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"POST /form HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
+    ];
+    for request in requests {
+        let shown = String::from_utf8_lossy(request).into_owned();
+        *script.lock() = b"HTTP/1.1 600 Beyond\r\ncontent-length: 2\r\n\r\nok".to_vec();
+        let answer = whole_answer(concert.addr, request).await;
+        assert!(answer.starts_with("HTTP/1.1 502 "), "{shown}: {answer}");
+
+        for length in ["2, 2", "2,2", "2 , 2"] {
+            *script.lock() =
+                format!("HTTP/1.1 200 OK\r\ncontent-length: {length}\r\n\r\nok").into_bytes();
+            let answer = whole_answer(concert.addr, request).await;
+            let lengths: Vec<&str> = answer
+                .lines()
+                .filter(|line| line.to_ascii_lowercase().starts_with("content-length:"))
+                .collect();
+            assert_eq!(
+                lengths,
+                ["content-length: 2"],
+                "{shown} {length:?}: {answer}"
+            );
+            assert!(
+                answer.ends_with("\r\n\r\nok"),
+                "{shown} {length:?}: {answer}"
+            );
+        }
+    }
+}
+
+/// Everything Concert sends back for `request` until it closes the connection.
+async fn whole_answer(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
 /// A well-formed request to a page or a bypass path: bodiless, with a length, or chunked (extensions,
 /// trailers), its body full of text that looks like requests.
 fn valid_request() -> impl Strategy<Value = Vec<u8>> {

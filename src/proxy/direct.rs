@@ -373,12 +373,21 @@ fn parse_head(
         let mut config = httparse::ParserConfig::default();
         config.allow_spaces_after_header_name_in_responses(true);
         let len = match config.parse_response_with_uninit_headers(&mut parsed, &*buf, &mut slots) {
+            // A read can bring in more than the limit at once: the limit is the head's size,
+            // not how much the buffer held when it was last checked.
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD_BYTES => {
+                return Err(DirectError::HeadTooLarge);
+            }
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(err) => return Err(DirectError::Parse(err)),
         };
-        let code = parsed.code.unwrap_or_default();
-        let status = StatusCode::from_u16(code).map_err(|_| DirectError::Invalid("status code"))?;
+        // `StatusCode` takes 100..=999, but HTTP ends at 599 (RFC 9110 §15).
+        let status = parsed
+            .code
+            .filter(|code| *code <= 599)
+            .and_then(|code| StatusCode::from_u16(code).ok())
+            .ok_or(DirectError::Invalid("status code"))?;
         if status == StatusCode::SWITCHING_PROTOCOLS {
             return Err(DirectError::Invalid(
                 "switching protocols without being asked to",
@@ -442,7 +451,8 @@ fn parse_head(
         // Room for what the proxy adds on the way out (the admission pass and priority
         // cookies), so adding them does not regrow the map.
         let mut headers = HeaderMap::with_capacity(spans.len() + RESPONSE_HEADROOM);
-        for (name, start, end) in spans.drain(..) {
+        let mut length_kept = false;
+        for (name, start, mut end) in spans.drain(..) {
             // Hop-by-hop headers are left out rather than removed afterwards (a removal hashes
             // the name): those RFC 9110 §7.6.1 names, those the origin's `Connection` lists,
             // and a length beside a transfer coding (RFC 9112 §6.3).
@@ -454,6 +464,16 @@ fn parse_head(
                     .any(|token| token.eq_ignore_ascii_case(name.as_str().as_bytes()))
             {
                 continue;
+            }
+            if name == header::CONTENT_LENGTH {
+                // Repeated or listed lengths agree (the framing checked), but are passed on as
+                // one value (RFC 9110 §8.6): a client may read `5, 5` differently.
+                if std::mem::replace(&mut length_kept, true) {
+                    continue;
+                }
+                if let Some(comma) = memchr::memchr(b',', &raw[start..end]) {
+                    end = start + raw[start..start + comma].trim_ascii_end().len();
+                }
             }
             let value = HeaderValue::from_maybe_shared(raw.slice(start..end))
                 .map_err(|_| DirectError::Invalid("header value"))?;
@@ -1464,6 +1484,53 @@ mod tests {
                 Err(err) => assert!(expected(&err), "{err:?}"),
                 Ok((status, ..)) => panic!("accepted as {status}"),
             }
+        }
+    }
+
+    #[test]
+    fn answers_outside_http_are_refused_and_listed_lengths_pass_as_one() {
+        let parse = |raw: &[u8]| {
+            parse_head(
+                &mut BytesMut::from(raw),
+                &mut Vec::new(),
+                &mut KnownNames::default(),
+                false,
+            )
+        };
+        for code in ["600", "999"] {
+            let raw = format!("HTTP/1.1 {code} Odd\r\ncontent-length: 0\r\n\r\n");
+            assert!(
+                matches!(parse(raw.as_bytes()), Err(DirectError::Invalid(_))),
+                "{code}"
+            );
+        }
+        // A head over the limit that arrived whole, as one large read brings it.
+        let mut big = b"HTTP/1.1 200 OK\r\nx-big: ".to_vec();
+        big.resize(MAX_HEAD_BYTES + 10, b'a');
+        big.extend_from_slice(b"\r\ncontent-length: 0\r\n\r\n");
+        assert!(matches!(parse(&big), Err(DirectError::HeadTooLarge)));
+        let mut at_limit = b"HTTP/1.1 200 OK\r\nx-big: ".to_vec();
+        at_limit.resize(MAX_HEAD_BYTES - 4, b'a');
+        at_limit.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(at_limit.len(), MAX_HEAD_BYTES);
+        assert!(matches!(parse(&at_limit), Ok(Some(_))));
+
+        for raw in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5 ,5\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 5\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-other: 1\r\ncontent-length: 5,5\r\n\r\n",
+        ] {
+            let Ok(Some((head, framing, _))) = parse(raw) else {
+                panic!("{}", String::from_utf8_lossy(raw));
+            };
+            assert_eq!(framing, Framing::Length(5));
+            let lengths: Vec<_> = head
+                .headers
+                .get_all(header::CONTENT_LENGTH)
+                .iter()
+                .collect();
+            assert_eq!(lengths, ["5"], "{}", String::from_utf8_lossy(raw));
         }
     }
 

@@ -444,11 +444,32 @@ pub(super) fn strip_response(headers: &mut HeaderMap, switching: bool) -> bool {
     }
     if transfer_coded {
         headers.remove(header::CONTENT_LENGTH);
+    } else {
+        single_content_length(headers);
     }
     if switching {
         headers.insert(header::CONNECTION, HeaderValue::from_static(UPGRADE_TOKEN));
     }
     closes
+}
+
+/// Repeated or listed `Content-Length` values (which the client library accepted only because
+/// they agree) become the one value (RFC 9110 §8.6): a client may read `5, 5` differently.
+fn single_content_length(headers: &mut HeaderMap) {
+    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+    let Some(first) = values.next() else {
+        return;
+    };
+    let repeated = values.next().is_some();
+    let bytes = first.as_bytes();
+    let item = match memchr::memchr(b',', bytes) {
+        Some(comma) => &bytes[..comma],
+        None if repeated => bytes,
+        None => return,
+    };
+    if let Ok(single) = HeaderValue::from_bytes(item.trim_ascii()) {
+        headers.insert(header::CONTENT_LENGTH, single);
+    }
 }
 
 #[cfg(test)]
@@ -924,5 +945,18 @@ mod tests {
         assert_eq!(values(&headers, "connection"), vec![b"upgrade".to_vec()]);
         assert_eq!(values(&headers, "upgrade"), vec![b"websocket".to_vec()]);
         assert!(headers.contains_key("sec-websocket-accept"));
+    }
+
+    #[test]
+    fn listed_or_repeated_lengths_become_one() {
+        for values in [&["5, 5"][..], &["5", "5"], &["5 ,5", "5"], &["5"]] {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append(header::CONTENT_LENGTH, HeaderValue::from_static(value));
+            }
+            strip_response(&mut headers, false);
+            let lengths: Vec<_> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
+            assert_eq!(lengths, ["5"], "{values:?}");
+        }
     }
 }

@@ -377,6 +377,15 @@ impl Proxy {
                 Err(failure) => return upstream_failed(&method, &ctx, &failure),
             };
 
+        // The client library takes 100..=999, but HTTP ends at 599 (RFC 9110 §15).
+        if response.status().as_u16() > 599 {
+            tracing::warn!(
+                method = %method,
+                status = response.status().as_u16(),
+                "proxy: origin answered with a status outside HTTP's range"
+            );
+            return bad_gateway();
+        }
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
             let switched_to = response.headers().get(header::UPGRADE);
             let agreed = matches!(
