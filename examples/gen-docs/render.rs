@@ -158,7 +158,8 @@ pub fn reference() -> String {
          changed while Concert runs; settings marked *restart* are read from the flag or the \
          environment at start only.\n\n\
          A value that does not parse or breaks a rule stops start-up with one line naming the flag \
-         or variable and the value.\n\n",
+         or variable and the value. An environment variable is checked even when a flag \
+         overrides it.\n\n",
     );
     out.push_str("## Contents\n\n");
     for group in GROUPS.into_iter().chain([PROCESS_GROUP]) {

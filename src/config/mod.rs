@@ -525,16 +525,26 @@ pub fn load(args: &[String], env: &dyn EnvSource) -> Result<Loaded, ConfigError>
     }
     let mut config = Config::default();
     for (index, def) in SETTINGS.iter().enumerate() {
-        let (text, origin, name, source) = match flags.get(def.flag_name()) {
-            Some(text) => (text.clone(), TextOrigin::Flag, def.flag, Source::Flag),
-            None => match env_value(env, def.env) {
-                Some(text) => (text, TextOrigin::Env, def.env, Source::Env),
-                None => continue,
-            },
+        let parse = |text: &str, origin, name: &str| {
+            value::parse_text(def, text, origin)
+                .and_then(|parsed| value::check_parsed(def, &parsed).map(|()| parsed))
+                .map_err(|reason| invalid(text, name, &reason))
         };
-        let parsed = value::parse_text(def, &text, origin)
-            .and_then(|parsed| value::check_parsed(def, &parsed).map(|()| parsed))
-            .map_err(|reason| invalid(&text, name, &reason))?;
+        let from_flag = match flags.get(def.flag_name()) {
+            Some(text) => Some(parse(text, TextOrigin::Flag, def.flag)?),
+            None => None,
+        };
+        // Checked even when a flag overrides it: a bad value anywhere stops the start (02 §10.2),
+        // rather than lying in wait for the day the flag is dropped.
+        let from_env = match env_value(env, def.env) {
+            Some(text) => Some(parse(&text, TextOrigin::Env, def.env)?),
+            None => None,
+        };
+        let (parsed, source) = match (from_flag, from_env) {
+            (Some(parsed), _) => (parsed, Source::Flag),
+            (None, Some(parsed)) => (parsed, Source::Env),
+            (None, None) => continue,
+        };
         value::store((def.get_mut)(&mut config), parsed).map_err(ConfigError::Invalid)?;
         config.sources[index] = source;
     }
@@ -543,17 +553,26 @@ pub fn load(args: &[String], env: &dyn EnvSource) -> Result<Loaded, ConfigError>
     Ok(Loaded::Run(Box::new(config)))
 }
 
-/// The flag's value, else the env var's (non-blank), with the name to use in messages.
-fn flag_or_env(
+/// The flag's value parsed, else the env var's (non-blank). The env value is checked even when
+/// the flag overrides it, as for the settings table's rows.
+fn flag_then_env<T>(
     flags: &HashMap<String, String>,
     env: &dyn EnvSource,
     flag: &'static str,
     env_name: &'static str,
-) -> Option<(String, String)> {
-    match flags.get(flag) {
-        Some(text) => Some((text.clone(), format!("-{flag}"))),
-        None => env_value(env, env_name).map(|text| (text, env_name.to_string())),
-    }
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, ConfigError> {
+    let from_flag = match flags.get(flag) {
+        Some(text) => {
+            Some(parse(text).map_err(|reason| invalid(text, &format!("-{flag}"), &reason))?)
+        }
+        None => None,
+    };
+    let from_env = match env_value(env, env_name) {
+        Some(text) => Some(parse(&text).map_err(|reason| invalid(&text, env_name, &reason))?),
+        None => None,
+    };
+    Ok(from_flag.or(from_env))
 }
 
 fn load_extras(
@@ -561,9 +580,10 @@ fn load_extras(
     flags: &HashMap<String, String>,
     env: &dyn EnvSource,
 ) -> Result<(), ConfigError> {
-    if let Some((text, name)) = flag_or_env(flags, env, "demo", "CONCERT_DEMO") {
-        config.demo =
-            value::parse_go_bool(text.trim()).map_err(|reason| invalid(&text, &name, &reason))?;
+    if let Some(demo) = flag_then_env(flags, env, "demo", "CONCERT_DEMO", |text| {
+        value::parse_go_bool(text.trim())
+    })? {
+        config.demo = demo;
     }
     // An explicitly empty CONCERT_DATA_DIR disables persistence, so it is not treated as unset.
     // The demo keeps nothing unless told where: it must not restore a line from, or write into,
@@ -575,35 +595,45 @@ fn load_extras(
             .var("CONCERT_DATA_DIR")
             .unwrap_or_else(|| default_data_dir.to_string()),
     };
-    if let Some((text, name)) = flag_or_env(flags, env, "log-format", "CONCERT_LOG_FORMAT") {
-        config.log_format = match text.trim() {
-            "text" => LogFormat::Text,
-            "json" => LogFormat::Json,
-            _ => return Err(invalid(&text, &name, "must be text or json")),
-        };
+    if let Some(format) =
+        flag_then_env(
+            flags,
+            env,
+            "log-format",
+            "CONCERT_LOG_FORMAT",
+            |text| match text.trim() {
+                "text" => Ok(LogFormat::Text),
+                "json" => Ok(LogFormat::Json),
+                _ => Err("must be text or json".to_string()),
+            },
+        )?
+    {
+        config.log_format = format;
     }
-    if let Some((text, name)) = flag_or_env(flags, env, "metrics-path", "CONCERT_METRICS_PATH") {
-        config.metrics_path = match text.trim() {
-            "" | "off" => None,
-            path => {
-                Some(paths::parse_own_path(path).map_err(|reason| invalid(&text, &name, &reason))?)
-            }
-        };
+    if let Some(path) =
+        flag_then_env(
+            flags,
+            env,
+            "metrics-path",
+            "CONCERT_METRICS_PATH",
+            |text| match text.trim() {
+                "" | "off" => Ok(None),
+                path => paths::parse_own_path(path).map(Some),
+            },
+        )?
+    {
+        config.metrics_path = path;
     }
     let max_workers = validate::MAX_WORKERS;
-    config.workers = match flag_or_env(flags, env, "workers", "CONCERT_WORKERS") {
-        Some((text, name)) => text
-            .trim()
+    let workers = flag_then_env(flags, env, "workers", "CONCERT_WORKERS", |text| {
+        text.trim()
             .parse::<usize>()
             .ok()
             .filter(|workers| *workers <= max_workers)
-            .ok_or_else(|| {
-                invalid(
-                    &text,
-                    &name,
-                    &format!("must be a whole number between 0 and {max_workers}"),
-                )
-            })?,
+            .ok_or_else(|| format!("must be a whole number between 0 and {max_workers}"))
+    })?;
+    config.workers = match workers {
+        Some(workers) => workers,
         // Tokio's own variable is honoured when ours is absent; it is not ours to reject.
         None => env
             .var("TOKIO_WORKER_THREADS")

@@ -947,3 +947,30 @@ fn whole_config_errors_name_settings_as_they_were_given() {
     let message = error(&["-abuse-strikes", "0"], &[]);
     assert!(message.contains("for -abuse-strikes"), "{message}");
 }
+
+#[test]
+fn a_bad_env_value_stops_the_start_even_under_a_flag() {
+    for (flag, vars) in [
+        (&["-cap", "5"][..], [("CONCERT_CAPACITY", "lots")]),
+        (&["-abuse=false"], [("CONCERT_ABUSE", "maybe")]),
+        (&["-workers", "2"], [("CONCERT_WORKERS", "-1")]),
+        (&["-log-format", "json"], [("CONCERT_LOG_FORMAT", "xml")]),
+        (&["-demo=false"], [("CONCERT_DEMO", "sometimes")]),
+    ] {
+        let (name, value) = vars[0];
+        match load_with(flag, &vars) {
+            Err(error) => {
+                let message = error.to_string();
+                assert!(
+                    message.contains(name) && message.contains(value),
+                    "{message}"
+                );
+            }
+            Ok(_) => panic!("{name}={value} under {flag:?} was accepted"),
+        }
+    }
+    // A good env value under a flag: the flag wins, as before.
+    let config = load_with(&["-cap", "5"], &[("CONCERT_CAPACITY", "7")]).unwrap();
+    assert_eq!(config.cap, 5);
+    assert_eq!(config.source("cap"), Source::Flag);
+}
