@@ -896,7 +896,7 @@ fn log_summary(config: &Config, data_dir: Option<&persist::DataDir>) {
             "data dir: {} (bans, the waiting line and settings survive restarts)",
             dir.path().display()
         ),
-        None => tracing::info!("data dir: none (-data-dir is empty): nothing survives a restart"),
+        None => tracing::info!("data dir: none, so nothing survives a restart"),
     }
     if config.upstream_has_userinfo() {
         tracing::warn!(
