@@ -565,6 +565,62 @@ async fn a_websocket_echoes_through_a_stream_path_and_holds_its_slot() {
     concert.shutdown().await.unwrap();
 }
 
+/// A WebSocket client that stops reading while the origin keeps sending loses its tunnel
+/// after the send timeout, and its stream slot with it.
+#[tokio::test]
+async fn a_websocket_client_that_stops_reading_gives_its_stream_slot_back() {
+    let origin = origins::ws_echo_origin();
+    let concert = concert_adjusted(
+        &["-upstream", &origin.url(), "-stream-paths", "/ws"],
+        &[],
+        |config| config.client_send_timeout = Duration::from_secs(1),
+    )
+    .await;
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{}/ws",
+            concert.addr
+        ))
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("cookie", pass_cookie(&concert, 1).parse().unwrap());
+    let (socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let (mut sender, _never_read) = socket.split();
+    // Echoed megabytes pile up towards a client that reads none of them; its own sends stall
+    // too once the echo backs up. Bounded: 512 messages at most, or until the tunnel is gone.
+    let sending = tokio::spawn(async move {
+        let message = vec![b'x'; 1024 * 1024];
+        for _ in 0..512 {
+            if sender.send(Message::binary(message.clone())).await.is_err() {
+                break;
+            }
+        }
+        sender
+    });
+    assert!(
+        eventually(Duration::from_secs(3), || concert
+            .app
+            .generation()
+            .streams
+            .stats()
+            .active
+            == 1)
+        .await
+    );
+    let freed = eventually(Duration::from_secs(15), || {
+        concert.app.generation().streams.stats().active == 0
+    })
+    .await;
+    assert!(freed, "the stream slot was not given back");
+    // The tunnel is closed on the client's side too: its sends end.
+    let _sender = tokio::time::timeout(Duration::from_secs(30), sending)
+        .await
+        .expect("the stalled client's sends ended")
+        .unwrap();
+    concert.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn forged_asset_passes_lead_to_a_ban_and_stale_ones_cost_nothing() {
     let (origin, _) = asset_origin();
