@@ -524,10 +524,10 @@ async fn stream_cap_limits_sse_streams_and_counts_them() {
     concert.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_websocket_echoes_through_a_stream_path_and_holds_its_slot() {
-    let origin = origins::ws_echo_origin();
-    let concert = concert(&["-upstream", &origin.url(), "-stream-paths", "/ws"]).await;
+/// A WebSocket to `/ws` through Concert, with an admission pass.
+async fn websocket_with_pass(
+    concert: &concert::Running,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
     let mut request =
         tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
             "ws://{}/ws",
@@ -536,8 +536,16 @@ async fn a_websocket_echoes_through_a_stream_path_and_holds_its_slot() {
         .unwrap();
     request
         .headers_mut()
-        .insert("cookie", pass_cookie(&concert, 1).parse().unwrap());
-    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+        .insert("cookie", pass_cookie(concert, 1).parse().unwrap());
+    let (socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    socket
+}
+
+#[tokio::test]
+async fn a_websocket_echoes_through_a_stream_path_and_holds_its_slot() {
+    let origin = origins::ws_echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-stream-paths", "/ws"]).await;
+    let mut socket = websocket_with_pass(&concert).await;
     for text in ["one", "two"] {
         socket.send(Message::text(text)).await.unwrap();
         let echoed = tokio::time::timeout(Duration::from_secs(3), socket.next())
@@ -576,16 +584,7 @@ async fn a_websocket_client_that_stops_reading_gives_its_stream_slot_back() {
         |config| config.client_send_timeout = Duration::from_secs(1),
     )
     .await;
-    let mut request =
-        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
-            "ws://{}/ws",
-            concert.addr
-        ))
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("cookie", pass_cookie(&concert, 1).parse().unwrap());
-    let (socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let socket = websocket_with_pass(&concert).await;
     let (mut sender, _never_read) = socket.split();
     // Echoed megabytes pile up towards a client that reads none of them; its own sends stall
     // too once the echo backs up. Bounded: 512 messages at most, or until the tunnel is gone.

@@ -117,19 +117,16 @@ fn asking_for_https_that_this_version_lacks_stops_start_up() {
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
 
-#[test]
-fn settings_of_missing_parts_and_a_short_admin_token_are_warned_about() {
+/// Starts the binary on a free port with `args` and `env`, waits until it answers, stops it,
+/// and returns what it logged.
+fn start_log(args: &[&str], env: &[(&str, &str)]) -> String {
     let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
     let mut child = Command::new(BIN)
-        .args([
-            "-listen",
-            &format!("127.0.0.1:{port}"),
-            "-data-dir=",
-            "-fastlane-config",
-            "/nonexistent/fastlane.json",
-        ])
-        .env("CONCERT_PORTAL_PASS", "0123456789abcdef0123")
-        .env("CONCERT_ADMIN_TOKEN", "letmein")
+        .args(["-listen", &listen])
+        .args(args)
+        .env_remove("CONCERT_CAPACITY")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -137,8 +134,24 @@ fn settings_of_missing_parts_and_a_short_admin_token_are_warned_about() {
     let healthy = wait_for_health(port);
     let _ = child.kill();
     let output = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&output.stderr);
+    let err = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(healthy, "{err}");
+    err
+}
+
+#[test]
+fn settings_of_missing_parts_and_a_short_admin_token_are_warned_about() {
+    let err = start_log(
+        &[
+            "-data-dir=",
+            "-fastlane-config",
+            "/nonexistent/fastlane.json",
+        ],
+        &[
+            ("CONCERT_PORTAL_PASS", "0123456789abcdef0123"),
+            ("CONCERT_ADMIN_TOKEN", "letmein"),
+        ],
+    );
     assert!(
         err.contains("-fastlane-config is set") && err.contains("no admin portal"),
         "{err}"
@@ -148,13 +161,10 @@ fn settings_of_missing_parts_and_a_short_admin_token_are_warned_about() {
 
 #[test]
 fn the_start_summary_names_every_part_that_is_on() {
-    let port = free_port();
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().to_str().unwrap().to_owned();
-    let mut child = Command::new(BIN)
-        .args([
-            "-listen",
-            &format!("127.0.0.1:{port}"),
+    let err = start_log(
+        &[
             "-data-dir",
             &data_dir,
             "-stream-paths",
@@ -164,17 +174,9 @@ fn the_start_summary_names_every_part_that_is_on() {
             // Turning off a part this version lacks asks for nothing: no warning.
             "-portal-listen",
             "",
-        ])
-        .env_remove("CONCERT_CAPACITY")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let healthy = wait_for_health(port);
-    let _ = child.kill();
-    let output = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&output.stderr);
-    assert!(healthy, "{err}");
+        ],
+        &[],
+    );
     for expected in [
         "cap=434 ",
         "asset-cap=55552 (derived) asset-user-cap-h1=8 asset-user-cap-h2=128",
