@@ -511,17 +511,13 @@ async fn stream_cap_limits_sse_streams_and_counts_them() {
     assert_eq!(stats["stream_active"], 1);
     assert_eq!(stats["occupancy"], 0, "streams never take a page slot");
     drop(open);
-    assert!(
-        eventually(Duration::from_secs(3), || concert
-            .app
-            .generation()
-            .streams
-            .stats()
-            .active
-            == 0)
-        .await
-    );
+    assert!(eventually(Duration::from_secs(3), || active_streams(&concert) == 0).await);
     concert.shutdown().await.unwrap();
+}
+
+/// Streams (SSE, WebSocket) holding a stream slot now.
+fn active_streams(concert: &concert::Running) -> u64 {
+    concert.app.generation().streams.stats().active
 }
 
 /// A WebSocket to `/ws` through Concert, with an admission pass.
@@ -555,19 +551,10 @@ async fn a_websocket_echoes_through_a_stream_path_and_holds_its_slot() {
             .unwrap();
         assert_eq!(echoed.into_text().unwrap().as_str(), text);
     }
-    assert_eq!(concert.app.generation().streams.stats().active, 1);
+    assert_eq!(active_streams(&concert), 1);
     socket.close(None).await.unwrap();
     drop(socket);
-    assert!(
-        eventually(Duration::from_secs(3), || concert
-            .app
-            .generation()
-            .streams
-            .stats()
-            .active
-            == 0)
-        .await
-    );
+    assert!(eventually(Duration::from_secs(3), || active_streams(&concert) == 0).await);
     let refused = tokio_tungstenite::connect_async(format!("ws://{}/ws", concert.addr)).await;
     assert!(refused.is_err(), "no pass, no stream");
     concert.shutdown().await.unwrap();
@@ -597,20 +584,8 @@ async fn a_websocket_client_that_stops_reading_gives_its_stream_slot_back() {
         }
         sender
     });
-    assert!(
-        eventually(Duration::from_secs(3), || concert
-            .app
-            .generation()
-            .streams
-            .stats()
-            .active
-            == 1)
-        .await
-    );
-    let freed = eventually(Duration::from_secs(15), || {
-        concert.app.generation().streams.stats().active == 0
-    })
-    .await;
+    assert!(eventually(Duration::from_secs(3), || active_streams(&concert) == 1).await);
+    let freed = eventually(Duration::from_secs(15), || active_streams(&concert) == 0).await;
     assert!(freed, "the stream slot was not given back");
     // The tunnel is closed on the client's side too: its sends end.
     let _sender = tokio::time::timeout(Duration::from_secs(30), sending)
