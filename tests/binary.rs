@@ -46,8 +46,13 @@ fn unknown_flag_is_a_usage_error() {
     );
     let err = usage_error(&["-data-dir=", "-cap"]);
     assert!(err.contains("flag needs an argument: -cap"), "{err}");
-    let err = usage_error(&["-data-dir=", "reconcile"]);
-    assert!(err.contains("\"reconcile\""), "{err}");
+    let err = usage_error(&["-data-dir=", "stray"]);
+    assert!(err.contains("unexpected argument \"stray\""), "{err}");
+    let err = usage_error(&["reconcile", "-data-dir="]);
+    assert!(
+        err.contains("\"reconcile\" is a command of the fast lane"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -261,6 +261,9 @@ fn usage_message(error: &clap::Error, args: &[String]) -> String {
                     as_typed(name, args)
                 )
             }
+            None if FAST_LANE_COMMANDS.contains(&arg) => format!(
+                "{arg:?} is a command of the fast lane, which is not in this version\n{HINT}"
+            ),
             None => format!("unexpected argument {arg:?}: Concert takes only flags\n{HINT}"),
         },
         (ErrorKind::InvalidValue, Some(arg))
@@ -276,6 +279,10 @@ fn usage_message(error: &clap::Error, args: &[String]) -> String {
         _ => error.render().to_string().trim_end().to_string(),
     }
 }
+
+/// The original's subcommands (`concert example …`, `concert reconcile …`), both the fast
+/// lane's.
+const FAST_LANE_COMMANDS: &[&str] = &["example", "reconcile"];
 
 /// Secrets that have no flag on purpose (a flag's value shows in the process list).
 const SECRET_FLAGS: &[&str] = &[
