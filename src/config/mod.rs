@@ -525,25 +525,13 @@ pub fn load(args: &[String], env: &dyn EnvSource) -> Result<Loaded, ConfigError>
     }
     let mut config = Config::default();
     for (index, def) in SETTINGS.iter().enumerate() {
-        let parse = |text: &str, origin, name: &str| {
+        let parse = |text: &str, origin| {
             value::parse_text(def, text, origin)
                 .and_then(|parsed| value::check_parsed(def, &parsed).map(|()| parsed))
-                .map_err(|reason| invalid(text, name, &reason))
         };
-        let from_flag = match flags.get(def.flag_name()) {
-            Some(text) => Some(parse(text, TextOrigin::Flag, def.flag)?),
-            None => None,
-        };
-        // Checked even when a flag overrides it: a bad value anywhere stops the start (02 §10.2),
-        // rather than lying in wait for the day the flag is dropped.
-        let from_env = match env_value(env, def.env) {
-            Some(text) => Some(parse(&text, TextOrigin::Env, def.env)?),
-            None => None,
-        };
-        let (parsed, source) = match (from_flag, from_env) {
-            (Some(parsed), _) => (parsed, Source::Flag),
-            (None, Some(parsed)) => (parsed, Source::Env),
-            (None, None) => continue,
+        let Some((parsed, source)) = flag_then_env(&flags, env, def.flag_name(), def.env, parse)?
+        else {
+            continue;
         };
         value::store((def.get_mut)(&mut config), parsed).map_err(ConfigError::Invalid)?;
         config.sources[index] = source;
@@ -553,26 +541,46 @@ pub fn load(args: &[String], env: &dyn EnvSource) -> Result<Loaded, ConfigError>
     Ok(Loaded::Run(Box::new(config)))
 }
 
-/// The flag's value parsed, else the env var's (non-blank). The env value is checked even when
-/// the flag overrides it, as for the settings table's rows.
+/// The flag's value parsed, else the env var's (non-blank), with where it came from. The env
+/// value is checked even when the flag overrides it: a bad value anywhere stops the start
+/// (02 §10.2), rather than lying in wait for the day the flag is dropped.
 fn flag_then_env<T>(
     flags: &HashMap<String, String>,
     env: &dyn EnvSource,
-    flag: &'static str,
-    env_name: &'static str,
-    parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<Option<T>, ConfigError> {
+    flag: &str,
+    env_name: &str,
+    parse: impl Fn(&str, TextOrigin) -> Result<T, String>,
+) -> Result<Option<(T, Source)>, ConfigError> {
     let from_flag = match flags.get(flag) {
-        Some(text) => {
-            Some(parse(text).map_err(|reason| invalid(text, &format!("-{flag}"), &reason))?)
-        }
+        Some(text) => Some(
+            parse(text, TextOrigin::Flag)
+                .map_err(|reason| invalid(text, &format!("-{flag}"), &reason))?,
+        ),
         None => None,
     };
     let from_env = match env_value(env, env_name) {
-        Some(text) => Some(parse(&text).map_err(|reason| invalid(&text, env_name, &reason))?),
+        Some(text) => Some(
+            parse(&text, TextOrigin::Env).map_err(|reason| invalid(&text, env_name, &reason))?,
+        ),
         None => None,
     };
-    Ok(from_flag.or(from_env))
+    Ok(match (from_flag, from_env) {
+        (Some(value), _) => Some((value, Source::Flag)),
+        (None, Some(value)) => Some((value, Source::Env)),
+        (None, None) => None,
+    })
+}
+
+/// [`flag_then_env`] for a process option, whose source is not recorded.
+fn option_value<T>(
+    flags: &HashMap<String, String>,
+    env: &dyn EnvSource,
+    flag: &str,
+    env_name: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, ConfigError> {
+    let found = flag_then_env(flags, env, flag, env_name, |text, _| parse(text))?;
+    Ok(found.map(|(value, _)| value))
 }
 
 fn load_extras(
@@ -580,7 +588,7 @@ fn load_extras(
     flags: &HashMap<String, String>,
     env: &dyn EnvSource,
 ) -> Result<(), ConfigError> {
-    if let Some(demo) = flag_then_env(flags, env, "demo", "CONCERT_DEMO", |text| {
+    if let Some(demo) = option_value(flags, env, "demo", "CONCERT_DEMO", |text| {
         value::parse_go_bool(text.trim())
     })? {
         config.demo = demo;
@@ -596,7 +604,7 @@ fn load_extras(
             .unwrap_or_else(|| default_data_dir.to_string()),
     };
     if let Some(format) =
-        flag_then_env(
+        option_value(
             flags,
             env,
             "log-format",
@@ -611,7 +619,7 @@ fn load_extras(
         config.log_format = format;
     }
     if let Some(path) =
-        flag_then_env(
+        option_value(
             flags,
             env,
             "metrics-path",
@@ -625,7 +633,7 @@ fn load_extras(
         config.metrics_path = path;
     }
     let max_workers = validate::MAX_WORKERS;
-    let workers = flag_then_env(flags, env, "workers", "CONCERT_WORKERS", |text| {
+    let workers = option_value(flags, env, "workers", "CONCERT_WORKERS", |text| {
         text.trim()
             .parse::<usize>()
             .ok()

@@ -12,6 +12,8 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{self, HeaderName, HeaderValue};
 
+use crate::cookies::cookie_pairs;
+
 /// Cookies that belong to the waiting room and the fast lane; the origin never sees them.
 const PRIVATE_COOKIES: [&[u8]; 6] = [
     b"room_ticket",
@@ -345,21 +347,6 @@ impl CookieMerge {
         // Made only of bytes taken from valid header values and "; ", so this cannot fail.
         HeaderValue::from_maybe_shared(Bytes::from(self.merged)).ok()
     }
-}
-
-/// The pairs of a `Cookie` value, trimmed, empty ones left out. The separators are found
-/// with memchr, many bytes a step: a returning visitor's line is mostly its admission pass,
-/// and a byte-by-byte split of it cost about a thousand instructions per page.
-fn cookie_pairs(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut start = 0;
-    memchr::memchr_iter(b';', value)
-        .chain(std::iter::once(value.len()))
-        .map(move |end| {
-            let pair = &value[start..end];
-            start = end + 1;
-            pair.trim_ascii()
-        })
-        .filter(|pair| !pair.is_empty())
 }
 
 fn is_private_pair(pair: &[u8]) -> bool {
