@@ -168,6 +168,7 @@ fn same_proxy_inputs(a: &Config, b: &Config) -> bool {
     a.upstream == b.upstream
         && a.preserve_host == b.preserve_host
         && a.upstream_timeout == b.upstream_timeout
+        && a.upload_min_rate == b.upload_min_rate
 }
 
 fn proxy_settings(config: &Config) -> Result<ProxySettings, BuildError> {
@@ -178,6 +179,7 @@ fn proxy_settings(config: &Config) -> Result<ProxySettings, BuildError> {
         upstream,
         preserve_host: config.preserve_host,
         upstream_timeout: config.upstream_timeout,
+        upload_min_rate: config.upload_min_rate,
     })
 }
 

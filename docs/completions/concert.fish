@@ -20,7 +20,7 @@ complete -c concert -l priority-wait -d 'How long a priority request may wait fo
 complete -c concert -l priority-forms -d 'Form submissions from admitted visitors use the priority lane while the room is full. [default: true] [env: CONCERT_PRIORITY_FORMS]' -r
 complete -c concert -l listen -d 'Address the public listener binds to. Restart to change. [default: :8080] [env: CONCERT_LISTEN]' -r
 complete -c concert -l upstream -d 'The protected site, as an http or https URL. [default: http://127.0.0.1:3000] [env: CONCERT_UPSTREAM]' -r
-complete -c concert -l upstream-timeout -d 'How long to wait for the origin\'s response headers after the request is sent; an upload that stalls this long gets 408. 0 waits forever. [default: 30s] [env: CONCERT_UPSTREAM_TIMEOUT]' -r
+complete -c concert -l upstream-timeout -d 'How long to wait for the origin\'s response headers after the request is sent; an upload that stalls this long gets 408, as does one averaging under 500 bytes a second once this long has passed. 0 waits forever. [default: 30s] [env: CONCERT_UPSTREAM_TIMEOUT]' -r
 complete -c concert -l preserve-host -d 'Forward the visitor\'s Host header instead of the origin\'s host. [default: true] [env: CONCERT_PRESERVE_HOST]' -r
 complete -c concert -l trusted-proxies -d 'Addresses or CIDRs whose X-Forwarded-For header is believed. [default: 127.0.0.1/32,::1/128] [env: CONCERT_TRUSTED_PROXIES]' -r
 complete -c concert -l access-log -d 'Write one line per request to standard output. [default: true] [env: CONCERT_ACCESS_LOG]' -r

@@ -227,6 +227,11 @@ pub struct Config {
     /// is closed, freeing its slot: 60 s, nginx's `send_timeout`. Counted from the write that
     /// found the client not reading; any progress starts it again. Not a flag; tests shorten it.
     pub client_send_timeout: Duration,
+    /// Slowest average, in bytes a second, that an upload still under way may keep once
+    /// `-upstream-timeout` has passed since its request began: 500, Apache's `MinRate` for
+    /// request bodies. Streamed bodies hold a page slot, and without a minimum a byte sent
+    /// just inside each stall limit held it for good. Not a flag; tests lower it.
+    pub upload_min_rate: u64,
     /// Open connections per worker beyond which an HTTP/1 connection falling idle is kept only
     /// for the 10 s a request head may take: each idle connection holds about 36 KB, and a spike
     /// of visitors would otherwise keep two minutes' worth of them (1,024: the `worker_connections`
@@ -311,6 +316,7 @@ impl Default for Config {
             metrics_path: Some(DEFAULT_METRICS_PATH.to_string()),
             keep_alive_idle: Duration::from_secs(120),
             client_send_timeout: Duration::from_secs(60),
+            upload_min_rate: 500,
             keep_alive_crowd: 1024,
             sources: vec![Source::Default; SETTINGS.len()],
         }
@@ -340,6 +346,7 @@ impl fmt::Debug for Config {
             .field("metrics_path", &self.metrics_path)
             .field("keep_alive_idle", &self.keep_alive_idle)
             .field("client_send_timeout", &self.client_send_timeout)
+            .field("upload_min_rate", &self.upload_min_rate)
             .field("keep_alive_crowd", &self.keep_alive_crowd)
             .finish()
     }

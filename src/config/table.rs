@@ -407,7 +407,7 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-upstream-timeout", env: "CONCERT_UPSTREAM_TIMEOUT", group: ORIGIN, restart: false,
         check: ANY_DURATION, default: "30s",
         label: "Origin response timeout",
-        help: "How long to wait for the origin's response headers after the request is sent; an upload that stalls this long gets 408. 0 waits forever.",
+        help: "How long to wait for the origin's response headers after the request is sent; an upload that stalls this long gets 408, as does one averaging under 500 bytes a second once this long has passed. 0 waits forever.",
     }),
     setting!(preserve_host: Bool {
         flag: "-preserve-host", env: "CONCERT_PRESERVE_HOST", group: ORIGIN, restart: false,

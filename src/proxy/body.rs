@@ -107,6 +107,10 @@ pub(super) struct ClientBodyProgress {
     awaiting_client: AtomicBool,
     /// Milliseconds after `since` at which the body last moved: a frame, its end, or the start.
     moved_at_ms: AtomicU64,
+    /// Bytes of body received from the client so far.
+    received: AtomicU64,
+    /// The client has sent the whole body.
+    complete: AtomicBool,
     since: Instant,
 }
 
@@ -116,6 +120,8 @@ impl ClientBodyProgress {
             failed: AtomicBool::new(false),
             awaiting_client: AtomicBool::new(false),
             moved_at_ms: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            complete: AtomicBool::new(false),
             since: Instant::now(),
         }
     }
@@ -133,6 +139,20 @@ impl ClientBodyProgress {
     /// that keeps moving is not cut off, and the timeout proper starts once the body is sent.
     pub(super) fn last_moved(&self) -> Instant {
         self.since + Duration::from_millis(self.moved_at_ms.load(Ordering::Relaxed))
+    }
+
+    /// When an upload still under way falls below `min_rate` bytes a second on average,
+    /// after `grace` from the request's start (each byte received buys `1 / min_rate` s more);
+    /// `None` once the body is complete or with no minimum. A trickle (a byte every few
+    /// seconds, each just inside the stall limit) would otherwise hold its page slot for as
+    /// long as the client likes.
+    pub(super) fn too_slow_at(&self, grace: Duration, min_rate: u64) -> Option<Instant> {
+        if min_rate == 0 || self.complete.load(Ordering::Relaxed) {
+            return None;
+        }
+        let received = self.received.load(Ordering::Relaxed);
+        let earned_ms = received.saturating_mul(1000) / min_rate;
+        Some(self.since + grace + Duration::from_millis(earned_ms))
     }
 
     fn moved(&self) {
@@ -164,7 +184,10 @@ impl<B> ClientBody<B> {
     }
 }
 
-impl<B: Body> Body for ClientBody<B> {
+impl<B: Body> Body for ClientBody<B>
+where
+    B::Data: bytes::Buf,
+{
     type Data = B::Data;
     type Error = B::Error;
 
@@ -172,8 +195,8 @@ impl<B: Body> Body for ClientBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let this = self.project();
-        let polled = this.inner.poll_frame(cx);
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
         let progress = &**this.progress;
         progress
             .awaiting_client
@@ -181,7 +204,20 @@ impl<B: Body> Body for ClientBody<B> {
         match &polled {
             Poll::Pending => {}
             Poll::Ready(Some(Err(_))) => progress.failed.store(true, Ordering::Relaxed),
-            Poll::Ready(_) => progress.moved(),
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let bytes = u64::try_from(bytes::Buf::remaining(data)).unwrap_or(u64::MAX);
+                    progress.received.fetch_add(bytes, Ordering::Relaxed);
+                }
+                if this.inner.is_end_stream() {
+                    progress.complete.store(true, Ordering::Relaxed);
+                }
+                progress.moved();
+            }
+            Poll::Ready(None) => {
+                progress.complete.store(true, Ordering::Relaxed);
+                progress.moved();
+            }
         }
         polled
     }

@@ -69,6 +69,10 @@ const ADDED_HEADER_BYTES: usize = 160;
 const BAD_GATEWAY_BODY: &str = "upstream unavailable\n";
 const BAD_REQUEST_BODY: &str = "bad request\n";
 const REQUEST_TIMEOUT_BODY: &str = "request body timed out\n";
+
+/// How soon an upload found below the minimum rate, while the origin rather than the client
+/// was holding it up, is looked at again.
+const UPLOAD_RATE_RECHECK: Duration = Duration::from_secs(1);
 const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
 
 /// How to reach the origin.
@@ -81,6 +85,9 @@ pub struct ProxySettings {
     pub preserve_host: bool,
     /// Longest wait for the origin's response headers; zero means no limit.
     pub upstream_timeout: Duration,
+    /// Slowest average an upload may keep up once `upstream_timeout` has passed, in bytes a
+    /// second; zero means no minimum (and so does a zero `upstream_timeout`).
+    pub upload_min_rate: u64,
 }
 
 /// The proxy cannot be built from these settings.
@@ -202,6 +209,7 @@ pub struct Proxy {
     target: Target,
     preserve_host: bool,
     header_timeout: Option<Duration>,
+    upload_min_rate: u64,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -210,6 +218,7 @@ impl std::fmt::Debug for Proxy {
             .field("upstream_host", &self.target.host)
             .field("preserve_host", &self.preserve_host)
             .field("header_timeout", &self.header_timeout)
+            .field("upload_min_rate", &self.upload_min_rate)
             .finish_non_exhaustive()
     }
 }
@@ -272,6 +281,7 @@ impl Proxy {
             preserve_host: settings.preserve_host,
             header_timeout: (!settings.upstream_timeout.is_zero())
                 .then_some(settings.upstream_timeout),
+            upload_min_rate: settings.upload_min_rate,
         })
     }
 
@@ -374,6 +384,10 @@ impl Proxy {
                     tracing::debug!("proxy: the client's request body stalled");
                     return request_body_timed_out();
                 }
+                Err(UpstreamFailure::UploadTooSlow) => {
+                    tracing::debug!("proxy: the client's request body came too slowly");
+                    return request_body_timed_out();
+                }
                 Err(failure) => return upstream_failed(&method, &ctx, &failure),
             };
 
@@ -445,7 +459,9 @@ impl Proxy {
 
     /// The `-upstream-timeout` wait for a request with a body: the limit counts from the
     /// body's last movement, so it bounds the wait for the response head once the body is
-    /// sent (as the original's transport does) and a stalled upload, but not a slow one.
+    /// sent (as the original's transport does) and a stalled upload. A slow upload is cut off
+    /// only below the minimum average rate, and only while it is the client that keeps the
+    /// body waiting (an origin reading slowly is not the client's fault).
     async fn after_body_within_header_timeout<T>(
         &self,
         answer: impl Future<Output = Result<T, UpstreamFailure>>,
@@ -456,14 +472,24 @@ impl Proxy {
         };
         tokio::pin!(answer);
         loop {
-            let deadline = progress.last_moved() + limit;
+            let now = tokio::time::Instant::now();
+            let stalled_at = progress.last_moved() + limit;
+            let wake = match progress.too_slow_at(limit, self.upload_min_rate) {
+                Some(too_slow_at) if too_slow_at <= now => {
+                    if progress.awaiting_client() {
+                        return Err(UpstreamFailure::UploadTooSlow);
+                    }
+                    stalled_at.min(now + UPLOAD_RATE_RECHECK)
+                }
+                Some(too_slow_at) => stalled_at.min(too_slow_at),
+                None => stalled_at,
+            };
+            if stalled_at <= now {
+                return Err(UpstreamFailure::HeaderTimeout(limit));
+            }
             tokio::select! {
                 answered = &mut answer => return answered,
-                () = tokio::time::sleep_until(deadline) => {
-                    if progress.last_moved() + limit <= tokio::time::Instant::now() {
-                        return Err(UpstreamFailure::HeaderTimeout(limit));
-                    }
-                }
+                () = tokio::time::sleep_until(wake) => {}
             }
         }
     }
@@ -522,6 +548,9 @@ enum UpstreamFailure {
     Direct(#[from] DirectError),
     #[error("no response headers within {0:?}")]
     HeaderTimeout(Duration),
+    /// The client's upload fell below the minimum rate; the origin is not at fault.
+    #[error("the request body came too slowly")]
+    UploadTooSlow,
 }
 
 /// Displays an error with its sources, since the client's own message is terse

@@ -31,6 +31,7 @@ fn settings(upstream: &str) -> ProxySettings {
         upstream: upstream.parse().unwrap(),
         preserve_host: true,
         upstream_timeout: Duration::from_secs(30),
+        upload_min_rate: 500,
     }
 }
 
@@ -468,14 +469,16 @@ async fn the_header_timeout_bounds_connecting_to_an_origin_that_never_accepts() 
     eventually("hold released after the timeout", || front.holds() == 0).await;
 }
 
-/// Sends a POST whose body is `chunks` pieces `every` apart, through a proxy with a 300 ms
-/// `-upstream-timeout`, to the echo origin; `stall_after` stops sending (without ending the
-/// body) after that many pieces.
+/// Sends a POST whose body is `chunks` pieces of `piece_bytes` each, `every` apart, through a
+/// proxy with a 300 ms `-upstream-timeout`, to the echo origin; `stall_after` stops sending
+/// (without ending the body) after that many pieces. Returns the answer, its body and when it
+/// came, and the body sent.
 async fn upload_in_pieces(
     chunks: usize,
     every: Duration,
+    piece_bytes: usize,
     stall_after: Option<usize>,
-) -> (StatusCode, Bytes, Duration) {
+) -> (StatusCode, Bytes, Duration, String) {
     let origin = origins::echo_origin();
     let mut config = settings(&origin.url());
     config.upstream_timeout = Duration::from_millis(300);
@@ -488,15 +491,26 @@ async fn upload_in_pieces(
             conn.sender
                 .send_request(request(Method::POST, "/upload", &[], client_body)),
         );
+    let mut sent = String::new();
     for piece in 0..chunks {
         if stall_after == Some(piece) {
             break;
         }
         tokio::time::sleep(every).await;
-        client_body_tx
-            .send(Frame::data(Bytes::from(format!("{piece};"))))
+        let mut text = format!("{piece};");
+        text.extend(std::iter::repeat_n(
+            '.',
+            piece_bytes.saturating_sub(text.len()),
+        ));
+        // The proxy may answer (and stop reading) before the body ends.
+        if client_body_tx
+            .send(Frame::data(Bytes::from(text.clone())))
             .await
-            .unwrap();
+            .is_err()
+        {
+            break;
+        }
+        sent.push_str(&text);
     }
     if stall_after.is_none() {
         drop(client_body_tx);
@@ -510,25 +524,42 @@ async fn upload_in_pieces(
     let status = response.status();
     let body = response.into_body().collect().await.unwrap().to_bytes();
     eventually("hold released after the upload", || front.holds() == 0).await;
-    (status, body, waited)
+    (status, body, waited, sent)
 }
 
 #[tokio::test]
 async fn a_slow_upload_that_keeps_moving_outlasts_the_header_timeout() {
-    // Six pieces 150 ms apart: 900 ms of upload against a 300 ms limit, never 300 ms idle.
-    let (status, body, waited) = upload_in_pieces(6, Duration::from_millis(150), None).await;
+    // Six pieces 150 ms apart: 900 ms of upload against a 300 ms limit, never 300 ms idle,
+    // and at 1,600 bytes a second above the minimum average of 500.
+    let (status, body, waited, sent) =
+        upload_in_pieces(6, Duration::from_millis(150), 240, None).await;
     assert_eq!(status, StatusCode::OK, "{body:?}");
     let seen: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(seen["body"], "0;1;2;3;4;5;");
+    assert_eq!(seen["body"], sent);
     assert!(waited >= Duration::from_millis(900), "{waited:?}");
 }
 
 #[tokio::test]
 async fn a_stalled_upload_is_the_clients_timeout_not_the_origins() {
-    let (status, body, waited) = upload_in_pieces(6, Duration::from_millis(50), Some(2)).await;
+    // Two pieces earn a second at the minimum rate: the 300 ms stall ends the upload first.
+    let (status, body, waited, _) =
+        upload_in_pieces(6, Duration::from_millis(50), 250, Some(2)).await;
     assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
     assert_eq!(&body[..], b"request body timed out\n");
     assert!(waited >= Duration::from_millis(400), "{waited:?}");
+}
+
+#[tokio::test]
+async fn an_upload_trickling_below_the_minimum_rate_gets_408() {
+    // Two bytes every 100 ms never stall for the 300 ms limit, but average 20 bytes a second:
+    // after the 300 ms grace the 500-byte minimum ends the upload, not the last of 30 pieces.
+    let (status, body, waited, _) = upload_in_pieces(30, Duration::from_millis(100), 2, None).await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{body:?}");
+    assert_eq!(&body[..], b"request body timed out\n");
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(1500),
+        "{waited:?}"
+    );
 }
 
 #[tokio::test]
@@ -545,10 +576,11 @@ async fn the_header_timeout_counts_from_the_end_of_the_upload() {
             conn.sender
                 .send_request(request(Method::POST, "/upload", &[], client_body)),
         );
+    // Each piece earns half a second at the minimum rate, so only the stall limit can end it.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(200)).await;
         client_body_tx
-            .send(Frame::data(Bytes::from_static(b"piece")))
+            .send(Frame::data(Bytes::from(vec![b'p'; 250])))
             .await
             .unwrap();
     }
