@@ -516,7 +516,7 @@ fn invalid(value: &str, name: &str, reason: &str) -> ConfigError {
     ConfigError::Invalid(format!("invalid value {value:?} for {name}: {reason}"))
 }
 
-/// Reads the command line (without argv[0]) and the environment. Applies per-value checks to
+/// Reads the command line (without `argv[0]`) and the environment. Applies per-value checks to
 /// every given value; whole-config rules wait for [`Config::validate`], after settings.json.
 pub fn load(args: &[String], env: &dyn EnvSource) -> Result<Loaded, ConfigError> {
     let flags = match flags::parse_flags(args)? {
