@@ -30,7 +30,10 @@
 //! carrying (with the slot it holds) is dropped. A page slot is otherwise held until the answer
 //! is delivered, and visitors who stop reading could hold every slot indefinitely. Any bytes
 //! taken start the limit again, so a slow reader keeps its answer. The timer is made the first
-//! time a write blocks; writes that go straight out cost nothing more.
+//! time a write blocks; writes that go straight out cost nothing more. An HTTP/2 client holds an
+//! answer back with flow control instead, and its writes never block: there the limit counts
+//! from when hyper was last handed part of an answer and has not asked for more, and the
+//! connection's reads fail when it passes (see [`SendStamp`]).
 
 use std::io;
 use std::pin::Pin;
@@ -65,7 +68,18 @@ pub(crate) struct ConnectionActivity {
     close_requested: AtomicBool,
     /// The connection left HTTP for a tunnel (WebSocket, CONNECT): no deadline applies.
     tunnelled: AtomicBool,
+    /// One stamp per open HTTP/2 stream (see [`SendStamp`]); a stamp whose stream has ended is
+    /// dropped at the next look or the next stream's opening.
+    sends: parking_lot::Mutex<Vec<Arc<SendStamp>>>,
 }
+
+/// When an HTTP/2 answer last had something for the client that hyper has not taken:
+/// milliseconds after the connection's `since`, plus one; zero while hyper is not waiting on
+/// the client. Over HTTP/2 a client holds an answer back with flow control rather than by
+/// leaving the socket unread (pings and other streams keep the connection moving), so hyper
+/// simply stops asking the body for more: the writes the send limit watches never block.
+#[derive(Debug, Default)]
+struct SendStamp(AtomicU64);
 
 impl Default for ConnectionActivity {
     fn default() -> Self {
@@ -78,6 +92,7 @@ impl Default for ConnectionActivity {
             reader: futures_util::task::AtomicWaker::new(),
             close_requested: AtomicBool::new(false),
             tunnelled: AtomicBool::new(false),
+            sends: parking_lot::Mutex::new(Vec::new()),
         }
     }
 }
@@ -95,13 +110,42 @@ impl ConnectionActivity {
     pub(crate) fn exchange_opened(self: &Arc<Self>) -> OpenStream {
         self.open_streams.fetch_add(1, Ordering::Relaxed);
         self.request_arrived();
-        OpenStream(Arc::clone(self))
+        OpenStream {
+            activity: Arc::clone(self),
+            send: None,
+        }
     }
 
     /// Records an HTTP/2 stream, counted open until the returned guard is dropped.
     pub(crate) fn stream_opened(self: &Arc<Self>) -> OpenStream {
         self.multiplexed.store(true, Ordering::Relaxed);
-        self.exchange_opened()
+        let mut stream = self.exchange_opened();
+        let send = Arc::new(SendStamp::default());
+        let mut sends = self.sends.lock();
+        // Ended streams go here as well as at each look: a connection whose streams all end
+        // between two reads would otherwise keep one stamp per request it ever carried.
+        sends.retain(|send| Arc::strong_count(send) > 1);
+        sends.push(Arc::clone(&send));
+        drop(sends);
+        stream.send = Some(send);
+        stream
+    }
+
+    fn ms_since_opening(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// When the answer the client has held up longest reaches the send limit, if any is held
+    /// up; forgets the stamps of streams that have ended.
+    fn send_stalled_until(&self, send_limit: Duration) -> Option<Instant> {
+        let mut sends = self.sends.lock();
+        sends.retain(|send| Arc::strong_count(send) > 1);
+        let oldest = sends
+            .iter()
+            .map(|send| send.0.load(Ordering::Relaxed))
+            .filter(|&stamp| stamp > 0)
+            .min()?;
+        Some(self.since + Duration::from_millis(oldest - 1) + send_limit)
     }
 
     /// The connection now carries a tunnel (a 101 answer, or a CONNECT answered 2xx).
@@ -132,6 +176,9 @@ impl ConnectionActivity {
         }
         let multiplexed = self.multiplexed.load(Ordering::Relaxed);
         if self.open_streams.load(Ordering::Acquire) > 0 {
+            if multiplexed && let Some(at) = self.send_stalled_until(limits.send) {
+                return (Deadline::SendStalled(at), true);
+            }
             return (Deadline::None, multiplexed);
         }
         if !multiplexed {
@@ -179,22 +226,46 @@ enum Deadline {
     BetweenExchanges,
     Close(Instant),
     Fail(Instant),
+    /// An HTTP/2 answer has waited on the client's flow control since the send limit before
+    /// this: reads fail then, closing the connection and every stream on it (as a blocked
+    /// HTTP/1 write does).
+    SendStalled(Instant),
 }
 
 /// One open exchange (an HTTP/1 request or an HTTP/2 stream); dropping it (response finished,
 /// or abandoned) closes it.
-pub(crate) struct OpenStream(Arc<ConnectionActivity>);
+pub(crate) struct OpenStream {
+    activity: Arc<ConnectionActivity>,
+    /// HTTP/2 only: whether its answer waits on the client.
+    send: Option<Arc<SendStamp>>,
+}
 
 impl OpenStream {
     /// The exchange switched the connection to a tunnel: no deadline applies from now on.
     pub(crate) fn tunnel_opened(&self) {
-        self.0.tunnel_opened();
+        self.activity.tunnel_opened();
+    }
+
+    /// hyper asks for more of the answer: it is not waiting on the client.
+    fn body_polled(&self) {
+        if let Some(send) = &self.send {
+            send.0.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The answer has something for hyper (its head, or a frame with more to follow): until
+    /// hyper asks for more, the client's flow control may be what holds it.
+    fn awaiting_client(&self) {
+        if let Some(send) = &self.send {
+            send.0
+                .store(self.activity.ms_since_opening() + 1, Ordering::Relaxed);
+        }
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        self.0.stream_closed();
+        self.activity.stream_closed();
     }
 }
 
@@ -208,7 +279,15 @@ pin_project_lite::pin_project! {
 }
 
 impl<B> CountedBody<B> {
-    pub(crate) fn new(inner: B, stream: OpenStream) -> Self {
+    /// `inner` is the answer's body, handed to hyper with the head: an HTTP/2 stream waits on
+    /// the client from here until hyper first asks for the body.
+    pub(crate) fn new(inner: B, stream: OpenStream) -> Self
+    where
+        B: Body,
+    {
+        if stream.send.is_some() && !inner.is_end_stream() {
+            stream.awaiting_client();
+        }
         CountedBody { inner, stream }
     }
 }
@@ -221,7 +300,19 @@ impl<B: Body> Body for CountedBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let mut this = self.project();
+        if this.stream.send.is_none() {
+            // HTTP/1: a client holding the answer back blocks the writes instead.
+            return this.inner.poll_frame(cx);
+        }
+        this.stream.body_polled();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &polled
+            && !this.inner.is_end_stream()
+        {
+            this.stream.awaiting_client();
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -271,6 +362,8 @@ pub(crate) struct IdleDeadline<T> {
     blocked_since: Option<Instant>,
     /// Set for `blocked_since` + the send limit; created the first time a write blocks.
     send_timer: MovingTimer,
+    /// The reads failed because an HTTP/2 answer waited on the client for the send limit.
+    send_stalled: bool,
     /// Bytes have been read since the last write: on HTTP/1 between exchanges, the start of the
     /// next request head.
     head_begun: bool,
@@ -297,6 +390,7 @@ impl<T> IdleDeadline<T> {
             write_blocked: false,
             blocked_since: None,
             send_timer: MovingTimer::default(),
+            send_stalled: false,
             head_begun: false,
             head_begun_at: None,
         }
@@ -378,6 +472,13 @@ impl<T> IdleDeadline<T> {
                 return false;
             }
             Deadline::Fail(at) => at,
+            Deadline::SendStalled(at) => {
+                if self.wait_until(at, cx) {
+                    self.send_stalled = true;
+                    return true;
+                }
+                return false;
+            }
         };
         self.wait_until(deadline, cx)
     }
@@ -396,10 +497,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for IdleDeadline<T> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.expired(cx) {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no request within the idle timeout",
-            )));
+            let why = if this.send_stalled {
+                "the client took nothing within the send timeout"
+            } else {
+                "no request within the idle timeout"
+            };
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, why)));
         }
         let before = buf.filled().len();
         let read = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -749,13 +852,111 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_body_holds_its_stream_open_until_dropped() {
+        use http_body_util::BodyExt as _;
         let activity = Arc::new(ConnectionActivity::default());
-        let body = CountedBody::new(
+        let mut body = CountedBody::new(
             http_body_util::Full::new(bytes::Bytes::from_static(b"x")),
             activity.stream_opened(),
         );
+        // Handed to hyper and not yet asked for: the client may be what holds it.
+        assert!(matches!(
+            activity.deadline(LIMITS).0,
+            Deadline::SendStalled(_)
+        ));
+        body.frame().await.unwrap().unwrap();
         assert_eq!(activity.deadline(LIMITS).0, Deadline::None);
         drop(body);
         assert!(matches!(activity.deadline(LIMITS).0, Deadline::Close(_)));
+    }
+
+    type TestBody = http_body_util::StreamBody<
+        futures_util::stream::BoxStream<'static, Result<Frame<bytes::Bytes>, io::Error>>,
+    >;
+
+    /// A body that yields `frames` frames and then waits for ever, like an event stream.
+    fn open_ended_body(frames: usize) -> TestBody {
+        use futures_util::StreamExt as _;
+        let frames = futures_util::stream::iter(
+            (0..frames).map(|_| Ok(Frame::data(bytes::Bytes::from_static(b"event")))),
+        );
+        http_body_util::StreamBody::new(frames.chain(futures_util::stream::pending()).boxed())
+    }
+
+    /// Reads `stream` until a read fails; says how and how long after the start.
+    fn read_until_failure(
+        mut stream: IdleDeadline<tokio::io::DuplexStream>,
+    ) -> tokio::task::JoinHandle<(io::Error, Duration)> {
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut buf = [0u8; 8];
+            loop {
+                if let Err(error) = stream.read(&mut buf).await {
+                    return (error, started.elapsed());
+                }
+            }
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_answer_the_client_never_lets_through_fails_the_reads_at_the_send_limit() {
+        // Over HTTP/2 the client holds an answer back with flow control: hyper then never asks
+        // for the body, and no write of the connection ever blocks.
+        let (_client, stream, activity) = guarded();
+        let body = CountedBody::new(open_ended_body(1), activity.stream_opened());
+        let (error, waited) = read_until_failure(stream).await.unwrap();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(
+            error.to_string(),
+            "the client took nothing within the send timeout"
+        );
+        assert_eq!(waited, SEND);
+        drop(body);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_answer_counts_from_the_last_frame_hyper_took() {
+        use http_body_util::BodyExt as _;
+        let (mut client, stream, activity) = guarded();
+        let mut body = CountedBody::new(open_ended_body(2), activity.stream_opened());
+        let reading = read_until_failure(stream);
+        tokio::time::sleep(SEND - Duration::from_secs(1)).await;
+        body.frame().await.unwrap().unwrap();
+        let last_taken = Instant::now();
+        // The connection stays busy (pings, other streams): that alone does not count.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            client.write_all(b"ping").await.unwrap();
+        }
+        let (error, _) = reading.await.unwrap();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(last_taken.elapsed(), SEND);
+        drop(body);
+    }
+
+    #[test]
+    fn ended_http2_streams_leave_no_stamps_behind() {
+        let activity = Arc::new(ConnectionActivity::default());
+        // Each stream ends before the next opens, with no read in between.
+        for _ in 0..1000 {
+            drop(activity.stream_opened());
+        }
+        let _open = activity.stream_opened();
+        assert_eq!(activity.sends.lock().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_answer_waiting_on_its_origin_keeps_the_connection() {
+        use http_body_util::BodyExt as _;
+        let (_client, stream, activity) = guarded();
+        let mut body = CountedBody::new(open_ended_body(1), activity.stream_opened());
+        body.frame().await.unwrap().unwrap();
+        // hyper asks for more and the origin has nothing yet: nobody waits on the client.
+        let asked = tokio::time::timeout(Duration::from_millis(1), body.frame()).await;
+        assert!(asked.is_err(), "the body has no second frame");
+        let reading = read_until_failure(stream);
+        tokio::time::sleep(SEND * 5).await;
+        assert!(!reading.is_finished(), "closed while the origin was slow");
+        drop(body);
+        reading.abort();
     }
 }

@@ -1648,6 +1648,81 @@ async fn a_client_that_stops_reading_gives_its_slot_back_after_the_send_timeout(
     assert!(received > 8 * 1024 * 1024, "{received} bytes");
 }
 
+/// An HTTP/2 connection to Concert with a stream window of `window` bytes, which hyper's client
+/// opens again only as the caller reads each body.
+async fn http2_with_window(
+    addr: std::net::SocketAddr,
+    window: u32,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // Window updates are small writes: without this each waits for the last one's ACK.
+    stream.set_nodelay(true).unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(window)
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+/// Over HTTP/2 a client holds an answer back with flow control instead of leaving the socket
+/// unread, and its connection keeps moving (pings): an answer it lets nothing more of through
+/// for the send timeout ends its connection, and the slot goes to the next in line; a client
+/// that keeps opening its window, however slowly, gets the whole answer.
+#[tokio::test]
+async fn an_http2_client_that_lets_nothing_through_gives_its_slot_back() {
+    use http_body_util::BodyExt as _;
+    const SEND_LIMIT: Duration = Duration::from_secs(1);
+    let origin = origins::large_origin(256 * 1024 * 1024);
+    let concert = concert_adjusted(&["-upstream", &origin.url(), "-cap", "1"], &[], |config| {
+        config.client_send_timeout = SEND_LIMIT;
+    })
+    .await;
+    let mut stalled = http2_with_window(concert.addr, 16 * 1024).await;
+    let request = http::Request::get(format!("http://{}/big", concert.addr))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let response = stalled.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(concert.app.room.stats().occupancy, 1);
+    // The body is kept and never read, so the window never opens again.
+    let freed = eventually(SEND_LIMIT + Duration::from_secs(10), || {
+        concert.app.room.stats().occupancy == 0
+    })
+    .await;
+    assert!(freed, "the slot was not given back");
+    eventually(Duration::from_secs(5), || origin.in_flight() == 0).await;
+    assert_eq!(origin.in_flight(), 0, "the origin request was abandoned");
+    drop(response);
+
+    // About 1,600 window updates a millisecond or more apart: longer than the limit in all.
+    let slow_origin = origins::large_origin(1024 * 1024);
+    let concert = concert_adjusted(&["-upstream", &slow_origin.url()], &[], |config| {
+        config.client_send_timeout = SEND_LIMIT;
+    })
+    .await;
+    let mut slow = http2_with_window(concert.addr, 16 * 1024).await;
+    let request = http::Request::get(format!("http://{}/big", concert.addr))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let mut body = slow.send_request(request).await.unwrap().into_body();
+    let mut received = 0usize;
+    let started = std::time::Instant::now();
+    let reading = async {
+        while let Some(Ok(frame)) = body.frame().await {
+            received += frame.data_ref().map_or(0, bytes::Bytes::len);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), reading)
+        .await
+        .expect("the slow reader finished");
+    assert_eq!(received, 1024 * 1024);
+    assert!(started.elapsed() > SEND_LIMIT, "{:?}", started.elapsed());
+}
+
 // The header timeout (10 s) bounds the wait for a request head, never an answer in progress
 // or a tunnel: a response streamed for longer, and a WebSocket silent for longer, both carry on.
 #[tokio::test]
