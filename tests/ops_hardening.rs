@@ -1592,27 +1592,24 @@ async fn read_until(stream: &mut tokio::net::TcpStream, wanted: &[u8], limit: Du
     seen
 }
 
-/// A visitor whose browser stops taking the page (a stalled reader, or one holding slots on
-/// purpose) is cut off once it has taken nothing for the send timeout, and its slot goes to
-/// the next in line; a reader that is merely slow is not.
-#[tokio::test]
-async fn a_client_that_stops_reading_gives_its_slot_back_after_the_send_timeout() {
-    use tokio::io::AsyncWriteExt as _;
-    const SEND_LIMIT: Duration = Duration::from_secs(1);
-    let origin = origins::large_origin(256 * 1024 * 1024);
-    let concert = concert_adjusted(&["-upstream", &origin.url(), "-cap", "1"], &[], |config| {
+/// The send timeout the tests below run with.
+const SEND_LIMIT: Duration = Duration::from_secs(1);
+
+/// Concert in front of `origin` with the short send timeout (and `args`).
+async fn concert_with_send_limit(origin: &origins::Origin, args: &[&str]) -> concert::Running {
+    let url = origin.url();
+    let mut argv = vec!["-upstream", url.as_str()];
+    argv.extend_from_slice(args);
+    concert_adjusted(&argv, &[], |config| {
         config.client_send_timeout = SEND_LIMIT;
     })
-    .await;
-    let mut stalled = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
-    stalled
-        .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let head = read_until(&mut stalled, b"\r\n\r\n", Duration::from_secs(5)).await;
-    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    .await
+}
+
+/// The one answer in flight, which its client has stopped taking, holds its page slot; within
+/// the send timeout (and some slack) the slot is free and the origin request abandoned.
+async fn assert_stalled_answer_given_up(concert: &concert::Running, origin: &origins::Origin) {
     assert_eq!(concert.app.room.stats().occupancy, 1);
-    // The stalled reader keeps its connection open and never reads again.
     let freed = eventually(SEND_LIMIT + Duration::from_secs(10), || {
         concert.app.room.stats().occupancy == 0
     })
@@ -1620,13 +1617,29 @@ async fn a_client_that_stops_reading_gives_its_slot_back_after_the_send_timeout(
     assert!(freed, "the slot was not given back");
     eventually(Duration::from_secs(5), || origin.in_flight() == 0).await;
     assert_eq!(origin.in_flight(), 0, "the origin request was abandoned");
+}
+
+/// A visitor whose browser stops taking the page (a stalled reader, or one holding slots on
+/// purpose) is cut off once it has taken nothing for the send timeout, and its slot goes to
+/// the next in line; a reader that is merely slow is not.
+#[tokio::test]
+async fn a_client_that_stops_reading_gives_its_slot_back_after_the_send_timeout() {
+    use tokio::io::AsyncWriteExt as _;
+    let origin = origins::large_origin(256 * 1024 * 1024);
+    let concert = concert_with_send_limit(&origin, &["-cap", "1"]).await;
+    let mut stalled = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
+    stalled
+        .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_until(&mut stalled, b"\r\n\r\n", Duration::from_secs(5)).await;
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    // The stalled reader keeps its connection open and never reads again.
+    assert_stalled_answer_given_up(&concert, &origin).await;
 
     // A reader that keeps taking bytes, in small steps, gets its whole answer.
     let slow_origin = origins::large_origin(8 * 1024 * 1024);
-    let concert = concert_adjusted(&["-upstream", &slow_origin.url()], &[], |config| {
-        config.client_send_timeout = SEND_LIMIT;
-    })
-    .await;
+    let concert = concert_with_send_limit(&slow_origin, &[]).await;
     let mut slow = tokio::net::TcpStream::connect(concert.addr).await.unwrap();
     slow.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .await
@@ -1674,35 +1687,21 @@ async fn http2_with_window(
 #[tokio::test]
 async fn an_http2_client_that_lets_nothing_through_gives_its_slot_back() {
     use http_body_util::BodyExt as _;
-    const SEND_LIMIT: Duration = Duration::from_secs(1);
     let origin = origins::large_origin(256 * 1024 * 1024);
-    let concert = concert_adjusted(&["-upstream", &origin.url(), "-cap", "1"], &[], |config| {
-        config.client_send_timeout = SEND_LIMIT;
-    })
-    .await;
+    let concert = concert_with_send_limit(&origin, &["-cap", "1"]).await;
     let mut stalled = http2_with_window(concert.addr, 16 * 1024).await;
     let request = http::Request::get(format!("http://{}/big", concert.addr))
         .body(http_body_util::Empty::new())
         .unwrap();
     let response = stalled.send_request(request).await.unwrap();
     assert_eq!(response.status(), 200);
-    assert_eq!(concert.app.room.stats().occupancy, 1);
     // The body is kept and never read, so the window never opens again.
-    let freed = eventually(SEND_LIMIT + Duration::from_secs(10), || {
-        concert.app.room.stats().occupancy == 0
-    })
-    .await;
-    assert!(freed, "the slot was not given back");
-    eventually(Duration::from_secs(5), || origin.in_flight() == 0).await;
-    assert_eq!(origin.in_flight(), 0, "the origin request was abandoned");
+    assert_stalled_answer_given_up(&concert, &origin).await;
     drop(response);
 
     // About 1,600 window updates a millisecond or more apart: longer than the limit in all.
     let slow_origin = origins::large_origin(1024 * 1024);
-    let concert = concert_adjusted(&["-upstream", &slow_origin.url()], &[], |config| {
-        config.client_send_timeout = SEND_LIMIT;
-    })
-    .await;
+    let concert = concert_with_send_limit(&slow_origin, &[]).await;
     let mut slow = http2_with_window(concert.addr, 16 * 1024).await;
     let request = http::Request::get(format!("http://{}/big", concert.addr))
         .body(http_body_util::Empty::new())
