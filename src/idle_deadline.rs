@@ -71,6 +71,8 @@ pub(crate) struct ConnectionActivity {
     /// One stamp per open HTTP/2 stream (see [`SendStamp`]); a stamp whose stream has ended is
     /// dropped at the next look or the next stream's opening.
     sends: parking_lot::Mutex<Vec<Arc<SendStamp>>>,
+    /// How many of those stamps are set: while none is, a read looks no further.
+    waiting_on_client: AtomicUsize,
 }
 
 /// When an HTTP/2 answer last had something for the client that hyper has not taken:
@@ -93,6 +95,7 @@ impl Default for ConnectionActivity {
             close_requested: AtomicBool::new(false),
             tunnelled: AtomicBool::new(false),
             sends: parking_lot::Mutex::new(Vec::new()),
+            waiting_on_client: AtomicUsize::new(0),
         }
     }
 }
@@ -140,6 +143,9 @@ impl ConnectionActivity {
     /// come here, and the deadline they do compute stays small.
     #[inline(never)]
     fn send_stalled_until(&self, send_limit: Duration) -> Option<Instant> {
+        if self.waiting_on_client.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         let mut sends = self.sends.lock();
         sends.retain(|send| Arc::strong_count(send) > 1);
         let oldest = sends
@@ -250,23 +256,39 @@ impl OpenStream {
 
     /// hyper asks for more of the answer: it is not waiting on the client.
     fn body_polled(&self) {
-        if let Some(send) = &self.send {
-            send.0.store(0, Ordering::Relaxed);
-        }
+        self.set_send_stamp(0);
     }
 
     /// The answer has something for hyper (its head, or a frame with more to follow): until
     /// hyper asks for more, the client's flow control may be what holds it.
     fn awaiting_client(&self) {
-        if let Some(send) = &self.send {
-            send.0
-                .store(self.activity.ms_since_opening() + 1, Ordering::Relaxed);
+        self.set_send_stamp(self.activity.ms_since_opening() + 1);
+    }
+
+    /// Only the stream's own body writes its stamp, so a load and a store are enough; the
+    /// connection's count of set stamps moves when one is set or cleared.
+    fn set_send_stamp(&self, stamp: u64) {
+        let Some(send) = &self.send else {
+            return;
+        };
+        let was = send.0.load(Ordering::Relaxed);
+        send.0.store(stamp, Ordering::Relaxed);
+        let waiting = &self.activity.waiting_on_client;
+        match (was == 0, stamp == 0) {
+            (true, false) => {
+                waiting.fetch_add(1, Ordering::Relaxed);
+            }
+            (false, true) => {
+                waiting.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
         }
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
+        self.set_send_stamp(0);
         self.activity.stream_closed();
     }
 }
@@ -898,18 +920,26 @@ mod tests {
         http_body_util::StreamBody::new(frames.chain(futures_util::stream::pending()).boxed())
     }
 
-    /// Reads `stream` until a read fails; says how and how long after the start.
+    /// Reads `stream` until a read fails; says how and how long after the start. Panics if no
+    /// read has failed after ten send limits (without a timer of its own, a read that never
+    /// fails would leave the paused clock standing and the test waiting for ever).
     fn read_until_failure(
         mut stream: IdleDeadline<tokio::io::DuplexStream>,
     ) -> tokio::task::JoinHandle<(io::Error, Duration)> {
         tokio::spawn(async move {
             let started = Instant::now();
             let mut buf = [0u8; 8];
-            loop {
-                if let Err(error) = stream.read(&mut buf).await {
-                    return (error, started.elapsed());
+            let failed = async {
+                loop {
+                    if let Err(error) = stream.read(&mut buf).await {
+                        return error;
+                    }
                 }
-            }
+            };
+            let error = tokio::time::timeout(SEND * 10, failed)
+                .await
+                .expect("no read failed within ten send limits");
+            (error, started.elapsed())
         })
     }
 
@@ -958,6 +988,29 @@ mod tests {
         }
         let _open = activity.stream_opened();
         assert_eq!(activity.sends.lock().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_count_of_answers_waiting_on_the_client_follows_the_stamps() {
+        use http_body_util::BodyExt as _;
+        let activity = Arc::new(ConnectionActivity::default());
+        let waiting = || activity.waiting_on_client.load(Ordering::Relaxed);
+        let mut first = CountedBody::new(open_ended_body(2), activity.stream_opened());
+        let second = CountedBody::new(open_ended_body(1), activity.stream_opened());
+        assert_eq!(waiting(), 2);
+        first.frame().await.unwrap().unwrap();
+        assert_eq!(waiting(), 2, "more follows the frame hyper took");
+        let asked = tokio::time::timeout(Duration::from_millis(1), async {
+            first.frame().await.unwrap().unwrap();
+            first.frame().await
+        })
+        .await;
+        assert!(asked.is_err(), "the body waits for its origin");
+        assert_eq!(waiting(), 1);
+        drop(second);
+        assert_eq!(waiting(), 0);
+        assert_eq!(activity.deadline(LIMITS).0, Deadline::None);
+        drop(first);
     }
 
     #[tokio::test(start_paused = true)]
