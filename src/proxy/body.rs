@@ -152,7 +152,10 @@ impl ClientBodyProgress {
         }
         let received = self.received.load(Ordering::Relaxed);
         let earned_ms = received.saturating_mul(1000) / min_rate;
-        Some(self.since + grace + Duration::from_millis(earned_ms))
+        // Past the clock's range: never too slow.
+        self.since
+            .checked_add(grace)?
+            .checked_add(Duration::from_millis(earned_ms))
     }
 
     fn moved(&self) {
@@ -324,5 +327,38 @@ impl Tunnel {
             return;
         };
         super::websocket::relay(client, origin, draining).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn each_byte_received_buys_time_at_the_minimum_rate() {
+        let progress = ClientBodyProgress::new();
+        assert_eq!(
+            progress.too_slow_at(GRACE, 500),
+            Some(progress.since + GRACE)
+        );
+        progress.received.store(1_000, Ordering::Relaxed);
+        assert_eq!(
+            progress.too_slow_at(GRACE, 500),
+            Some(progress.since + GRACE + Duration::from_secs(2))
+        );
+        assert_eq!(progress.too_slow_at(GRACE, 0), None, "no minimum");
+        progress.complete.store(true, Ordering::Relaxed);
+        assert_eq!(progress.too_slow_at(GRACE, 500), None, "the body is in");
+    }
+
+    #[test]
+    fn no_byte_count_overflows_the_deadline() {
+        let progress = ClientBodyProgress::new();
+        progress.received.store(u64::MAX, Ordering::Relaxed);
+        let at = progress.too_slow_at(GRACE, 1);
+        // Far in the future, or (where the clock's range ends sooner) never.
+        assert!(at.is_none_or(|at| at > progress.since + GRACE * 1_000_000));
     }
 }

@@ -69,11 +69,11 @@ const ADDED_HEADER_BYTES: usize = 160;
 const BAD_GATEWAY_BODY: &str = "upstream unavailable\n";
 const BAD_REQUEST_BODY: &str = "bad request\n";
 const REQUEST_TIMEOUT_BODY: &str = "request body timed out\n";
+const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
 
 /// How soon an upload found below the minimum rate, while the origin rather than the client
 /// was holding it up, is looked at again.
 const UPLOAD_RATE_RECHECK: Duration = Duration::from_secs(1);
-const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
 
 /// How to reach the origin.
 #[derive(Debug, Clone)]
