@@ -52,6 +52,10 @@ use crate::moving_timer::MovingTimer;
 /// (the client acknowledges with a ping) before its reads fail.
 pub(crate) const GOAWAY_GRACE: Duration = Duration::from_secs(5);
 
+/// Why reads or writes fail: no request came in time, or the client took nothing of an answer.
+const NO_REQUEST: &str = "no request within the idle timeout";
+const SEND_TIMED_OUT: &str = "the client took nothing within the send timeout";
+
 /// What the service has seen of one connection's requests, shared with its stream's reads.
 #[derive(Debug)]
 pub(crate) struct ConnectionActivity {
@@ -400,8 +404,6 @@ pub(crate) struct IdleDeadline<T> {
     blocked_since: Option<Instant>,
     /// Set for `blocked_since` + the send limit; created the first time a write blocks.
     send_timer: MovingTimer,
-    /// The reads failed because an HTTP/2 answer waited on the client for the send limit.
-    send_stalled: bool,
     /// Bytes have been read since the last write: on HTTP/1 between exchanges, the start of the
     /// next request head.
     head_begun: bool,
@@ -428,7 +430,6 @@ impl<T> IdleDeadline<T> {
             write_blocked: false,
             blocked_since: None,
             send_timer: MovingTimer::default(),
-            send_stalled: false,
             head_begun: false,
             head_begun_at: None,
         }
@@ -462,30 +463,27 @@ impl<T> IdleDeadline<T> {
         self.write_blocked = true;
         let since = *self.blocked_since.get_or_insert_with(Instant::now);
         if self.send_timer.poll_passed(since + self.limits.send, cx) {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client took nothing within the send timeout",
-            )));
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, SEND_TIMED_OUT)));
         }
         Poll::Pending
     }
 
-    /// Whether reads must fail now; asks for the polite close when that is due, and arms,
-    /// moves or drops the timer as the activity says.
-    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+    /// Why reads must fail now, if they must; asks for the polite close when that is due, and
+    /// arms, moves or drops the timer as the activity says.
+    fn expired(&mut self, cx: &mut Context<'_>) -> Option<&'static str> {
         let (deadline, watch_streams) = self.activity.deadline(self.limits);
         if watch_streams {
             self.activity.reader.register(cx.waker());
         }
         let deadline = match deadline {
-            Deadline::None => return false,
+            Deadline::None => return None,
             Deadline::Never => {
                 self.timer.clear();
-                return false;
+                return None;
             }
             Deadline::BetweenExchanges => {
                 if self.write_blocked {
-                    return false;
+                    return None;
                 }
                 if self.head_begun {
                     let begun = *self.head_begun_at.get_or_insert_with(Instant::now);
@@ -507,18 +505,12 @@ impl<T> IdleDeadline<T> {
                     // Arms the timer for the failing deadline that follows.
                     return self.expired(cx);
                 }
-                return false;
+                return None;
             }
             Deadline::Fail(at) => at,
-            Deadline::SendStalled(at) => {
-                if self.wait_until(at, cx) {
-                    self.send_stalled = true;
-                    return true;
-                }
-                return false;
-            }
+            Deadline::SendStalled(at) => return self.wait_until(at, cx).then_some(SEND_TIMED_OUT),
         };
-        self.wait_until(deadline, cx)
+        self.wait_until(deadline, cx).then_some(NO_REQUEST)
     }
 
     /// Whether `deadline` has passed; otherwise the timer is set for it.
@@ -534,12 +526,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for IdleDeadline<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.expired(cx) {
-            let why = if this.send_stalled {
-                "the client took nothing within the send timeout"
-            } else {
-                "no request within the idle timeout"
-            };
+        if let Some(why) = this.expired(cx) {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, why)));
         }
         let before = buf.filled().len();
