@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::SlotHold;
-use super::headers::{HeaderSink, RESPONSE_HOP_BY_HOP, list_items};
+use super::headers::{HeaderSink, RESPONSE_HOP_BY_HOP, first_item_len, list_items};
 use super::idle::IdleList;
 use super::pool::{PoolError, PoolLimits, connect_tcp};
 use super::target::Target;
@@ -471,8 +471,8 @@ fn parse_head(
                 if std::mem::replace(&mut length_kept, true) {
                     continue;
                 }
-                if let Some(comma) = memchr::memchr(b',', &raw[start..end]) {
-                    end = start + raw[start..start + comma].trim_ascii_end().len();
+                if let Some(len) = first_item_len(&raw[start..end]) {
+                    end = start + len;
                 }
             }
             let value = HeaderValue::from_maybe_shared(raw.slice(start..end))

@@ -449,14 +449,22 @@ fn single_content_length(headers: &mut HeaderMap) {
     };
     let repeated = values.next().is_some();
     let bytes = first.as_bytes();
-    let item = match memchr::memchr(b',', bytes) {
-        Some(comma) => &bytes[..comma],
+    let item = match first_item_len(bytes) {
+        Some(len) => &bytes[..len],
         None if repeated => bytes,
         None => return,
     };
-    if let Ok(single) = HeaderValue::from_bytes(item.trim_ascii()) {
+    if let Ok(single) = HeaderValue::from_bytes(item) {
         headers.insert(header::CONTENT_LENGTH, single);
     }
+}
+
+/// For a header value that is a list (`5, 5`), the length of its first item without the
+/// whitespace before the comma; `None` for a single value. Header values have no leading or
+/// trailing whitespace, so the item needs no other trimming.
+pub(super) fn first_item_len(value: &[u8]) -> Option<usize> {
+    let comma = memchr::memchr(b',', value)?;
+    Some(value[..comma].trim_ascii_end().len())
 }
 
 #[cfg(test)]
