@@ -842,13 +842,10 @@ fn warn_if_metrics_path_is_routed(generation: &Generation) {
 /// is on, so an operator reading the journal sees what this process enforces.
 fn log_summary(config: &Config, data_dir: Option<&persist::DataDir>) {
     use config::duration::format_go_duration as go;
-    let derived = if config.asset_cap == 0 {
-        " (derived)"
-    } else {
-        ""
-    };
+    // A cap of 0 is worked out from other settings; the summary says so next to its value.
+    let derived = |cap: u32| if cap == 0 { " (derived)" } else { "" };
     tracing::info!(
-        "concert {VERSION}: {} -> {} cap={} max-queue={} ticket-ttl={} first-poll-grace={} ready-grace={} asset-cap={}{derived} asset-user-cap-h1={} asset-user-cap-h2={}",
+        "concert {VERSION}: {} -> {} cap={} max-queue={} ticket-ttl={} first-poll-grace={} ready-grace={} asset-cap={}{} asset-user-cap-h1={} asset-user-cap-h2={}",
         config.listen,
         config.upstream_shown(),
         config.cap,
@@ -857,17 +854,14 @@ fn log_summary(config: &Config, data_dir: Option<&persist::DataDir>) {
         go(config.first_poll_grace),
         go(config.ready_grace),
         config.effective_asset_cap(),
+        derived(config.asset_cap),
         config.asset_user_cap_h1,
         config.asset_user_cap_h2,
     );
-    let lane_derived = if config.priority_cap == 0 {
-        " (derived)"
-    } else {
-        ""
-    };
     tracing::info!(
-        "priority lane: cap={}{lane_derived} wait={} ranks={} forms={}",
+        "priority lane: cap={}{} wait={} ranks={} forms={}",
         config.effective_priority_cap(),
+        derived(config.priority_cap),
         go(config.priority_wait),
         priority::lane_ranks_text(config.priority_lane_rank),
         if config.priority_forms { "on" } else { "off" },
