@@ -29,6 +29,7 @@ pub mod router;
 pub mod sema;
 pub mod server;
 mod shard;
+mod stream_send_limit;
 pub mod streams;
 pub mod systemd;
 pub mod walltime;

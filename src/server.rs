@@ -15,13 +15,14 @@ use axum::body::Body;
 use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::App;
 use crate::framing::{FramingGuard, FramingWatch, Refusal};
 use crate::idle_deadline::{ConnLimits, ConnectionActivity, CountedBody, IdleDeadline};
+use crate::stream_send_limit::StreamExecutor;
 
 /// Slow clients get this long to send a request head (slowloris): the first request from the
 /// connection's opening, a later one from its first bytes.
@@ -301,7 +302,9 @@ async fn serve(
     shutdown: impl Future<Output = ()>,
     load: Arc<WorkerLoad>,
 ) -> Result<(), ServeError> {
-    let builder = Arc::new(connection_builder());
+    let builder = Arc::new(connection_builder(
+        app.generation().config.client_send_timeout,
+    ));
     let (stopping, stop_signal) = tokio::sync::watch::channel(false);
     let connections = tokio_util::task::TaskTracker::new();
     let worker = worker_index();
@@ -363,8 +366,10 @@ async fn serve(
     Ok(())
 }
 
-fn connection_builder() -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+/// `send_limit`: how long an HTTP/2 stream's answer may wait on the client's flow control before
+/// the stream is reset.
+fn connection_builder(send_limit: Duration) -> auto::Builder<StreamExecutor> {
+    let mut builder = auto::Builder::new(StreamExecutor { send_limit });
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -386,7 +391,7 @@ fn connection_builder() -> auto::Builder<TokioExecutor> {
 /// Serves one connection until it ends; `stop_signal` turning true (the worker stopping) asks
 /// it to finish what is in flight and close.
 fn serve_connection(
-    builder: &Arc<auto::Builder<TokioExecutor>>,
+    builder: &Arc<auto::Builder<StreamExecutor>>,
     mut stop_signal: tokio::sync::watch::Receiver<bool>,
     stream: TcpStream,
     peer: SocketAddr,

@@ -225,7 +225,9 @@ pub struct Config {
     pub keep_alive_idle: Duration,
     /// How long a client may take none of the bytes Concert has for it before the connection
     /// is closed, freeing its slot: 60 s, nginx's `send_timeout`. Counted from the write that
-    /// found the client not reading; any progress starts it again. Not a flag; tests shorten it.
+    /// found the client not reading; any progress starts it again. Over HTTP/2, an answer the
+    /// client's flow control holds back that long has its stream reset instead. Not a flag;
+    /// tests shorten it.
     pub client_send_timeout: Duration,
     /// Slowest average, in bytes a second, that an upload still under way may keep once
     /// `-upstream-timeout` has passed since its request began: 500, Apache's `MinRate` for
