@@ -11,8 +11,8 @@
 //! abandons the origin request; the connection and its other streams carry on.
 //!
 //! The answer's body marks when hyper was handed part of it (or its head) and has not asked for
-//! more ([`SendStamp`]); the body reaches the stamp through a task-local the wrapper sets while
-//! it polls the stream, since hyper builds the stream's task and the body never meets.
+//! more ([`SendStamp`]). hyper, not Concert, puts the body into the stream's task, so the body
+//! finds the stamp through a task-local the wrapper sets while it polls the stream.
 
 use std::future::Future;
 use std::pin::Pin;
