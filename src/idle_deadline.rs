@@ -104,7 +104,6 @@ impl ConnectionActivity {
         self.request_arrived();
         OpenStream {
             activity: Arc::clone(self),
-            multiplexed: false,
             send: None,
         }
     }
@@ -112,9 +111,7 @@ impl ConnectionActivity {
     /// Records an HTTP/2 stream, counted open until the returned guard is dropped.
     pub(crate) fn stream_opened(self: &Arc<Self>) -> OpenStream {
         self.multiplexed.store(true, Ordering::Relaxed);
-        let mut stream = self.exchange_opened();
-        stream.multiplexed = true;
-        stream
+        self.exchange_opened()
     }
 
     /// The connection now carries a tunnel (a 101 answer, or a CONNECT answered 2xx).
@@ -198,8 +195,6 @@ enum Deadline {
 /// or abandoned) closes it.
 pub(crate) struct OpenStream {
     activity: Arc<ConnectionActivity>,
-    /// An HTTP/2 stream, which runs as a task of its own.
-    multiplexed: bool,
     /// HTTP/2 only, from when the answer is handed to hyper: whether it waits on the client.
     send: Option<Arc<SendStamp>>,
 }
@@ -236,7 +231,8 @@ impl<B> CountedBody<B> {
     where
         B: Body,
     {
-        if stream.multiplexed {
+        // An HTTP/2 connection carries only streams, each run as a task of its own.
+        if stream.activity.multiplexed.load(Ordering::Relaxed) {
             stream.send = SendStamp::of_current_stream();
             if let Some(send) = &stream.send
                 && !inner.is_end_stream()
