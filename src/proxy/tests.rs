@@ -469,6 +469,54 @@ async fn the_header_timeout_bounds_connecting_to_an_origin_that_never_accepts() 
     eventually("hold released after the timeout", || front.holds() == 0).await;
 }
 
+/// A POST to `/upload` under way through a proxy with a 300 ms `-upstream-timeout`.
+struct Upload {
+    front: Front,
+    /// Feeds the request body; dropping it ends the body.
+    body: tokio::sync::mpsc::Sender<Frame<Bytes>>,
+    answer: JoinHandle<hyper::Result<Response<Incoming>>>,
+    started: Instant,
+    /// The client's connection, which ends when this is dropped.
+    _conn: Conn,
+}
+
+async fn start_upload(origin_url: &str) -> Upload {
+    let mut config = settings(origin_url);
+    config.upstream_timeout = Duration::from_millis(300);
+    let front = front(Proxy::new(config).unwrap(), false);
+    let (body, client_body) = origins::channel_body();
+    let mut conn = connect(front.addr).await;
+    let started = Instant::now();
+    let answer =
+        tokio::spawn(
+            conn.sender
+                .send_request(request(Method::POST, "/upload", &[], client_body)),
+        );
+    Upload {
+        front,
+        body,
+        answer,
+        started,
+        _conn: conn,
+    }
+}
+
+/// The upload's answer: its status, its whole body, and how long after the start it came.
+async fn upload_answer(
+    answer: JoinHandle<hyper::Result<Response<Incoming>>>,
+    started: Instant,
+) -> (StatusCode, Bytes, Duration) {
+    let response = tokio::time::timeout(PATIENCE, answer)
+        .await
+        .expect("an answer in time")
+        .unwrap()
+        .unwrap();
+    let waited = started.elapsed();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, body, waited)
+}
+
 /// Sends a POST whose body is `chunks` pieces of `piece_bytes` each, `every` apart, through a
 /// proxy with a 300 ms `-upstream-timeout`, to the echo origin; `stall_after` stops sending
 /// (without ending the body) after that many pieces. Returns the answer, its body and when it
@@ -480,17 +528,7 @@ async fn upload_in_pieces(
     stall_after: Option<usize>,
 ) -> (StatusCode, Bytes, Duration, String) {
     let origin = origins::echo_origin();
-    let mut config = settings(&origin.url());
-    config.upstream_timeout = Duration::from_millis(300);
-    let front = front(Proxy::new(config).unwrap(), false);
-    let (client_body_tx, client_body) = origins::channel_body();
-    let mut conn = connect(front.addr).await;
-    let started = Instant::now();
-    let pending =
-        tokio::spawn(
-            conn.sender
-                .send_request(request(Method::POST, "/upload", &[], client_body)),
-        );
+    let upload = start_upload(&origin.url()).await;
     let mut sent = String::new();
     for piece in 0..chunks {
         if stall_after == Some(piece) {
@@ -503,7 +541,8 @@ async fn upload_in_pieces(
             piece_bytes.saturating_sub(text.len()),
         ));
         // The proxy may answer (and stop reading) before the body ends.
-        if client_body_tx
+        if upload
+            .body
             .send(Frame::data(Bytes::from(text.clone())))
             .await
             .is_err()
@@ -513,17 +552,13 @@ async fn upload_in_pieces(
         sent.push_str(&text);
     }
     if stall_after.is_none() {
-        drop(client_body_tx);
+        drop(upload.body);
     }
-    let response = tokio::time::timeout(PATIENCE, pending)
-        .await
-        .expect("an answer in time")
-        .unwrap()
-        .unwrap();
-    let waited = started.elapsed();
-    let status = response.status();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    eventually("hold released after the upload", || front.holds() == 0).await;
+    let (status, body, waited) = upload_answer(upload.answer, upload.started).await;
+    eventually("hold released after the upload", || {
+        upload.front.holds() == 0
+    })
+    .await;
     (status, body, waited, sent)
 }
 
@@ -565,39 +600,96 @@ async fn an_upload_trickling_below_the_minimum_rate_gets_408() {
 #[tokio::test]
 async fn the_header_timeout_counts_from_the_end_of_the_upload() {
     let origin = origins::stalling_origin();
-    let mut config = settings(&origin.url());
-    config.upstream_timeout = Duration::from_millis(300);
-    let front = front(Proxy::new(config).unwrap(), false);
-    let (client_body_tx, client_body) = origins::channel_body();
-    let mut conn = connect(front.addr).await;
-    let started = Instant::now();
-    let pending =
-        tokio::spawn(
-            conn.sender
-                .send_request(request(Method::POST, "/upload", &[], client_body)),
-        );
+    let upload = start_upload(&origin.url()).await;
     // Each piece earns half a second at the minimum rate, so only the stall limit can end it.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        client_body_tx
+        upload
+            .body
             .send(Frame::data(Bytes::from(vec![b'p'; 250])))
             .await
             .unwrap();
     }
-    let body_sent = started.elapsed();
-    drop(client_body_tx);
-    let response = tokio::time::timeout(PATIENCE, pending)
+    let body_sent = upload.started.elapsed();
+    drop(upload.body);
+    let response = tokio::time::timeout(PATIENCE, upload.answer)
         .await
         .expect("an answer in time")
         .unwrap()
         .unwrap();
     assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
     assert!(
-        started.elapsed() >= body_sent + Duration::from_millis(300),
+        upload.started.elapsed() >= body_sent + Duration::from_millis(300),
         "answered {:?} after a body sent at {body_sent:?}",
-        started.elapsed()
+        upload.started.elapsed()
     );
-    eventually("hold released after the timeout", || front.holds() == 0).await;
+    eventually("hold released after the timeout", || {
+        upload.front.holds() == 0
+    })
+    .await;
+}
+
+/// An origin that reads one request head and nothing more until `drain` fires; then it reads
+/// until the proxy closes the connection and returns how many body bytes came.
+async fn origin_reading_only_the_head()
+-> (String, tokio::sync::oneshot::Sender<()>, JoinHandle<u64>) {
+    use tokio::io::AsyncReadExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (drain, drain_now) = tokio::sync::oneshot::channel::<()>();
+    let origin = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            head.push(socket.read_u8().await.unwrap());
+        }
+        let _ = drain_now.await;
+        let (mut body_bytes, mut buf) = (0u64, vec![0u8; 64 * 1024]);
+        while let Ok(read @ 1..) = socket.read(&mut buf).await {
+            body_bytes += read as u64;
+        }
+        body_bytes
+    });
+    (url, drain, origin)
+}
+
+#[tokio::test]
+async fn an_origin_that_stops_reading_an_upload_is_the_origins_timeout_not_the_clients() {
+    // The client always has more to send and the origin reads none of it, so once the socket
+    // buffers on the way are full the upload stops moving through no fault of the client's.
+    let (url, drain, origin) = origin_reading_only_the_head().await;
+    let upload = start_upload(&url).await;
+    // Far more than loopback's buffers hold, offered as fast as it is taken.
+    const PIECE: usize = 64 * 1024;
+    const PIECES: usize = 1024;
+    let client_body = upload.body;
+    let _client = tokio::spawn(async move {
+        let piece = Bytes::from(vec![b'u'; PIECE]);
+        for _ in 0..PIECES {
+            if client_body.send(Frame::data(piece.clone())).await.is_err() {
+                break;
+            }
+        }
+    });
+    let (status, body, waited) = upload_answer(upload.answer, upload.started).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body:?}");
+    assert_eq!(&body[..], b"upstream unavailable\n");
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    eventually("hold released after the timeout", || {
+        upload.front.holds() == 0
+    })
+    .await;
+    // The abandoned exchange must close its origin connection: were it kept, the rest of the
+    // upload would flow once the origin reads, and the origin would wait for its end for ever.
+    drain.send(()).unwrap();
+    let body_bytes = tokio::time::timeout(PATIENCE, origin)
+        .await
+        .expect("the proxy closed its origin connection")
+        .unwrap();
+    assert!(
+        body_bytes < (PIECE * PIECES) as u64,
+        "the whole upload reached the origin ({body_bytes} bytes)"
+    );
 }
 
 #[tokio::test]
