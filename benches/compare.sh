@@ -255,18 +255,19 @@ for workers in $WORKERS; do
     done
   done
   echo "== $workers worker thread(s) per proxy =="
-  printf "%-22s %12s %10s %10s %14s %14s\n" target "req/s" "p50 ms" "p99 ms" "user us/req" \
-    "system us/req"
+  printf "%-22s %12s %10s %10s %14s %14s   %s\n" target "req/s" "p50 ms" "p99 ms" "user us/req" \
+    "system us/req" "req/s by round (drift shows here)"
   for target in D R N H C; do
     case $target in
       D) name="direct (origin)" ;; R) name="byte relay (ceiling)" ;; N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
     esac
-    printf "%-22s %12s %10s %10s %14s %14s\n" "$name" \
+    printf "%-22s %12s %10s %10s %14s %14s   %s\n" "$name" \
       "$(tr ' ' '\n' <<<"${rps[$target]}" | grep . | median)" \
       "$(tr ' ' '\n' <<<"${p50[$target]}" | grep . | median)" \
       "$(tr ' ' '\n' <<<"${p99[$target]}" | grep . | median)" \
       "$(tr ' ' '\n' <<<"${user[$target]}" | grep . | median)" \
-      "$(tr ' ' '\n' <<<"${system[$target]}" | grep . | median)"
+      "$(tr ' ' '\n' <<<"${system[$target]}" | grep . | median)" \
+      "$(awk '{for (i = 1; i <= NF; i++) printf "%s%.0f", (i > 1 ? " " : ""), $i}' <<<"${rps[$target]}")"
     [ -z "${errs[$target]:-}" ] || echo "   errors: ${errs[$target]}"
   done
   echo
