@@ -43,3 +43,20 @@ install_missing() {
     apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
 }
+
+# Builds Concert as `make build` ships it (profile dist, profile-guided when scripts/pgo.sh can
+# make a profile, which PGO_INSTALL=1 lets it fetch llvm-tools for) and prints the binary's path.
+# PGO=0 measures the build without profile guidance.
+build_shipped_concert() {
+  local host profile
+  host=$(rustc -vV | sed -n 's/^host: //p')
+  if [ "${PGO:-1}" != 0 ] && profile=$(PGO_INSTALL=${PGO_INSTALL:-1} bash scripts/pgo.sh); then
+    RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$PWD/$profile" \
+      cargo build --profile dist --locked --quiet --bin concert --target "$host" >&2
+    printf 'target/%s/dist/concert\n' "$host"
+  else
+    echo "Concert built without profile guidance" >&2
+    cargo build --profile dist --locked --quiet --bin concert >&2
+    printf 'target/dist/concert\n'
+  fi
+}

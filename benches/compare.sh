@@ -65,12 +65,12 @@ install_missing wrk:wrk nginx:nginx-light haproxy:haproxy
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 
-# Concert as `make build` ships it (profile dist); the helpers need no more than release.
-cargo build --profile dist --locked --quiet --bin concert
+# Concert as `make build` ships it (profile dist, profile-guided); the helpers need no more
+# than release.
+CONCERT=$(build_shipped_concert)
 cargo build --release --locked --quiet --example loadgen --example relay
 LOADGEN=target/release/examples/loadgen
 RELAY=target/release/examples/relay
-CONCERT=target/dist/concert
 
 work=$(mktemp -d)
 pids=()

@@ -30,8 +30,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 # Profile dist, as shipped: with release's four codegen units the count moved by up to 1.5%
 # between builds of the same request path, as code elsewhere changed how they were split.
 if [ -z "${CONCERT:-}" ]; then
-  cargo build --profile dist --locked --quiet --bin concert
-  CONCERT=target/dist/concert
+  CONCERT=$(build_shipped_concert)
 fi
 cargo build --release --locked --quiet --example exchanges
 EXCHANGES=target/release/examples/exchanges

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the release binaries into bin/ (cargo profile `dist`: release with whole-program LTO):
+# Builds the release binaries into bin/ (cargo profile `dist`: release with whole-program LTO,
+# profile-guided where scripts/pgo.sh can make a profile; PGO=0 builds without one):
 #   bin/concert-linux-amd64  fully static (musl when its Rust target and musl-gcc exist, otherwise
 #                            glibc linked statically with crt-static)
 #   bin/concert-linux-arm64  the same for arm64, when a cross linker and the Rust target exist
@@ -19,6 +20,18 @@ mkdir -p bin
 
 note() { printf 'build: %s\n' "$*"; }
 
+# The profile is recorded on this machine, so it guides only builds for its architecture.
+pgo_flags=""
+if [ "${PGO:-1}" != 0 ]; then
+  if profile=$(CARGO="$CARGO" bash scripts/pgo.sh); then
+    pgo_flags="-Cprofile-use=$PWD/$profile"
+    note "profile-guided with $profile"
+  else
+    note "building without profile guidance (see the line above)"
+  fi
+fi
+pgo_for() { if [ "${1%%-*}" = "${host%%-*}" ]; then printf '%s' "$pgo_flags"; fi; }
+
 has_std() { [ -d "$sysroot/lib/rustlib/$1/lib" ]; }
 
 static_rustflags() {
@@ -34,7 +47,7 @@ static_rustflags() {
 build_static() {
   local triple=$1
   shift
-  env "$@" RUSTFLAGS="${RUSTFLAGS:-} $(static_rustflags)" \
+  env "$@" RUSTFLAGS="${RUSTFLAGS:-} $(static_rustflags) $(pgo_for "$triple")" \
     "$CARGO" build --profile dist --locked --bin concert --target "$triple" >&2
   printf 'target/%s/dist/concert' "$triple"
 }
@@ -102,8 +115,8 @@ if [ -n "$amd64_built" ] && [ "${host%%-*}" = x86_64 ]; then
   cp bin/concert-linux-amd64 bin/concert
   note "bin/concert (host $host: the static amd64 build)"
 else
-  "$CARGO" build --profile dist --locked --bin concert
-  cp target/dist/concert bin/concert
+  RUSTFLAGS="${RUSTFLAGS:-} $pgo_flags" "$CARGO" build --profile dist --locked --bin concert --target "$host"
+  cp "target/$host/dist/concert" bin/concert
   note "bin/concert (host $host)"
 fi
 
