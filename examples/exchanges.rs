@@ -7,17 +7,18 @@
 //! Usage: `exchanges URL COUNT [CONNECTIONS] [--keep-cookies]`; exits non-zero on any answer
 //! that is not a success.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1;
-use hyper::header::{COOKIE, HOST, SET_COOKIE};
+use hyper::header::{COOKIE, HOST};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+#[path = "support/jar.rs"]
+mod jar;
 #[path = "support/url.rs"]
 mod url;
+use jar::Jar;
 use url::{Target, parse_url};
 
 async fn one_connection(
@@ -34,13 +35,11 @@ async fn one_connection(
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
-    // Name to value, so a cookie set again replaces the earlier one.
-    let mut jar: BTreeMap<String, String> = BTreeMap::new();
+    let mut jar = Jar::default();
     for sent in 0..count {
         let mut request = hyper::Request::get(path.as_str()).header(HOST, authority.as_str());
-        if !jar.is_empty() {
-            let line: Vec<String> = jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            request = request.header(COOKIE, line.join("; "));
+        if let Some(line) = jar.line() {
+            request = request.header(COOKIE, line);
         }
         let request = request
             .body(Empty::<Bytes>::new())
@@ -54,13 +53,7 @@ async fn one_connection(
             return Err(format!("request {sent}: status {}", response.status()));
         }
         if keep_cookies {
-            for value in response.headers().get_all(SET_COOKIE) {
-                let Ok(text) = value.to_str() else { continue };
-                let pair = text.split(';').next().unwrap_or_default();
-                if let Some((name, value)) = pair.split_once('=') {
-                    jar.insert(name.trim().to_string(), value.trim().to_string());
-                }
-            }
+            jar.keep(response.headers());
         }
         response
             .into_body()

@@ -21,11 +21,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{ACCEPT, CONTENT_TYPE, COOKIE, HOST, SET_COOKIE};
+use hyper::header::{ACCEPT, CONTENT_TYPE, COOKIE, HOST};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
+
+#[path = "support/jar.rs"]
+mod jar;
+use jar::Jar;
 
 type Fallible<T> = Result<T, String>;
 
@@ -93,7 +97,7 @@ fn event_stream() -> Response<OriginBody> {
 struct Visitor {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     authority: String,
-    jar: Option<BTreeMap<String, String>>,
+    jar: Option<Jar>,
     html: bool,
 }
 
@@ -110,7 +114,7 @@ impl Visitor {
         Ok(Self {
             sender,
             authority: address.to_string(),
-            jar: keep_cookies.then(BTreeMap::new),
+            jar: keep_cookies.then(Jar::default),
             html,
         })
     }
@@ -124,9 +128,8 @@ impl Visitor {
         if self.html {
             request = request.header(ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8");
         }
-        if let Some(jar) = self.jar.as_ref().filter(|jar| !jar.is_empty()) {
-            let line: Vec<String> = jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            request = request.header(COOKIE, line.join("; "));
+        if let Some(line) = self.jar.as_ref().and_then(Jar::line) {
+            request = request.header(COOKIE, line);
         }
         let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
         self.sender.ready().await.map_err(|e| e.to_string())?;
@@ -137,13 +140,7 @@ impl Visitor {
             .map_err(|e| format!("{method} {path}: {e}"))?;
         let status = response.status().as_u16();
         if let Some(jar) = self.jar.as_mut() {
-            for value in response.headers().get_all(SET_COOKIE) {
-                let Ok(text) = value.to_str() else { continue };
-                let pair = text.split(';').next().unwrap_or_default();
-                if let Some((name, value)) = pair.split_once('=') {
-                    jar.insert(name.trim().to_string(), value.trim().to_string());
-                }
-            }
+            jar.keep(response.headers());
         }
         response
             .into_body()
