@@ -673,6 +673,18 @@ async fn save_on_stop(app: &Arc<App>) {
     }
 }
 
+/// [`run`] to its end on `runtime`, for the binary.
+///
+/// A plain function on purpose: async code the binary crate drives itself is compiled again
+/// inside the binary, so the first worker (the thread calling this) would run its own copy of
+/// the serving code while the other workers run the library's. The two copies are optimised
+/// apart (a profile trained with one worker only reaches one of them); from here every worker
+/// runs the same one.
+#[inline(never)]
+pub fn run_to_end(runtime: &tokio::runtime::Runtime, config: Config) -> Result<(), StartError> {
+    runtime.block_on(run(config))
+}
+
 /// The whole process life behind the binary: optional demo origin, start, log a summary, wait for
 /// SIGINT/SIGTERM, drain, stop.
 pub async fn run(mut config: Config) -> Result<(), StartError> {

@@ -38,7 +38,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(concert::run(config)) {
+    match concert::run_to_end(&runtime, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the JSON log for log collectors, the plain line for a person.
