@@ -53,10 +53,26 @@ build_shipped_concert() {
   if [ "${PGO:-1}" != 0 ] && profile=$(PGO_INSTALL=${PGO_INSTALL:-1} bash scripts/pgo.sh); then
     RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$PWD/$profile" \
       cargo build --profile dist --locked --quiet --bin concert --target "$host" >&2
+    warn_if_request_path_twice "target/$host/dist/concert"
     printf 'target/%s/dist/concert\n' "$host"
   else
     echo "Concert built without profile guidance" >&2
     cargo build --profile dist --locked --quiet --bin concert >&2
+    warn_if_request_path_twice target/dist/concert
     printf 'target/dist/concert\n'
   fi
+}
+
+# Every worker must run the same compiled request path (see `run_to_end` in src/lib.rs): a second
+# copy is optimised apart from the first, and the profile trains only one of them.
+# The markers are functions of the request path that the optimiser may inline away, but never
+# into two copies of one another.
+warn_if_request_path_twice() {
+  local marker copies
+  for marker in concert6router6handle28_ concert6router7forward28_ concert6router8admitted28_; do
+    copies=$(nm "$1" 2>/dev/null | grep -c "$marker" || true)
+    if [ "${copies:-0}" -gt 1 ]; then
+      echo "warning: $1 holds $copies compiled copies of $marker; its workers will differ in speed" >&2
+    fi
+  done
 }
