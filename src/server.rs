@@ -135,8 +135,6 @@ pub(crate) fn become_worker(index: usize) {
     WORKER_INDEX.set(index);
 }
 
-/// How long a worker that holds more than its share of connections waits before looking again.
-const SHARE_RECHECK: Duration = Duration::from_millis(5);
 /// Longest a worker steps aside at a time: should the others stop accepting (stalled, or
 /// starved of CPU), new connections wait at most this long before it competes for them again.
 const SHARE_STEP_ASIDE_LIMIT: Duration = Duration::from_millis(250);
@@ -147,12 +145,18 @@ const SHARE_SLACK: usize = 2;
 /// accepting.
 pub(crate) struct WorkerLoad {
     open: Box<[AtomicUsize]>,
+    /// Woken at every change of a count, so a worker that stepped aside looks again at once.
+    /// Looking on a timer instead left every worker asleep at times during a burst of new
+    /// connections: each had stepped aside while it held more than the others, and none had
+    /// looked again yet. Connections then waited in the kernel for 30 ms and more.
+    changed: tokio::sync::Notify,
 }
 
 impl WorkerLoad {
     pub(crate) fn new(workers: usize) -> WorkerLoad {
         WorkerLoad {
             open: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -160,6 +164,7 @@ impl WorkerLoad {
     fn open(self: &Arc<Self>, worker: usize) -> OpenConnection {
         if let Some(count) = self.open.get(worker) {
             count.fetch_add(1, Ordering::Relaxed);
+            self.changed.notify_waiters();
         }
         OpenConnection {
             load: self.clone(),
@@ -196,6 +201,23 @@ impl WorkerLoad {
             .min();
         least_other.is_some_and(|least| mine > least + SHARE_SLACK)
     }
+
+    /// Returns once `worker` no longer holds more than its share, or at `limit`.
+    async fn wait_for_share(&self, worker: usize, limit: tokio::time::Instant) {
+        loop {
+            // Registered before the check, so a change between the two is not missed.
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            if !self.over_share(worker) {
+                return;
+            }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(limit) => return,
+            }
+        }
+    }
 }
 
 /// One open connection counted in [`WorkerLoad`].
@@ -216,6 +238,7 @@ impl Drop for OpenConnection {
     fn drop(&mut self) {
         if let Some(count) = self.load.open.get(self.worker) {
             count.fetch_sub(1, Ordering::Relaxed);
+            self.load.changed.notify_waiters();
         }
     }
 }
@@ -313,10 +336,10 @@ async fn serve(
         // Every worker is woken for each new connection and the first to call accept wins, so
         // a burst of connections can land on one worker while the others idle. Stepping aside
         // lets a less busy worker take them (the others keep accepting meanwhile).
-        let mut stepped_aside = Duration::ZERO;
-        while stepped_aside < SHARE_STEP_ASIDE_LIMIT && load.over_share(worker) {
+        if load.over_share(worker) {
+            let limit = tokio::time::Instant::now() + SHARE_STEP_ASIDE_LIMIT;
             tokio::select! {
-                () = tokio::time::sleep(SHARE_RECHECK) => stepped_aside += SHARE_RECHECK,
+                () = load.wait_for_share(worker, limit) => {}
                 () = &mut shutdown => break 'accepting,
             }
         }
@@ -614,6 +637,39 @@ mod tests {
         assert!(parse_listen("nope").is_err());
         assert!(parse_listen(":http").is_err());
         assert!(parse_listen("example.com:80").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_stepped_aside_looks_again_when_another_takes_a_connection() {
+        let load = Arc::new(WorkerLoad::new(2));
+        let busy: Vec<OpenConnection> = (0..3).map(|_| load.open(0)).collect();
+        let far = tokio::time::Instant::now() + Duration::from_secs(60);
+        let waiting = tokio::spawn({
+            let load = load.clone();
+            async move { load.wait_for_share(0, far).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "worker 0 holds three more than worker 1"
+        );
+        let taken = load.open(1);
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("woken by worker 1's new connection, not by the one-minute limit")
+            .unwrap();
+        drop((busy, taken));
+    }
+
+    #[tokio::test]
+    async fn a_worker_stops_stepping_aside_at_the_limit() {
+        let load = Arc::new(WorkerLoad::new(2));
+        let _busy: Vec<OpenConnection> = (0..3).map(|_| load.open(0)).collect();
+        let soon = tokio::time::Instant::now() + Duration::from_millis(50);
+        tokio::time::timeout(Duration::from_secs(10), load.wait_for_share(0, soon))
+            .await
+            .expect("the limit ends the wait");
+        assert!(load.over_share(0), "still busier: only the limit let it go");
     }
 
     #[tokio::test]
