@@ -64,9 +64,8 @@ build_shipped_concert() {
 }
 
 # Every worker must run the same compiled request path (see `run_to_end` in src/lib.rs): a second
-# copy is optimised apart from the first, and the profile trains only one of them.
-# The markers are functions of the request path that the optimiser may inline away, but never
-# into two copies of one another.
+# copy is optimised apart from the first, and the profile trains only one of them. The markers
+# are functions of that path; the optimiser may inline one away, but one copy is all there may be.
 warn_if_request_path_twice() {
   local marker copies
   for marker in concert6router6handle28_ concert6router7forward28_ concert6router8admitted28_; do

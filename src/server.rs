@@ -204,17 +204,17 @@ impl WorkerLoad {
 
     /// Returns once `worker` no longer holds more than its share, or at `limit`.
     async fn wait_for_share(&self, worker: usize, limit: tokio::time::Instant) {
+        let mut limit = std::pin::pin!(tokio::time::sleep_until(limit));
         loop {
             // Registered before the check, so a change between the two is not missed.
-            let changed = self.changed.notified();
-            let mut changed = std::pin::pin!(changed);
+            let mut changed = std::pin::pin!(self.changed.notified());
             changed.as_mut().enable();
             if !self.over_share(worker) {
                 return;
             }
             tokio::select! {
                 () = changed => {}
-                () = tokio::time::sleep_until(limit) => return,
+                () = &mut limit => return,
             }
         }
     }
