@@ -16,12 +16,15 @@
 #                                       # browser does (the default page mode sends no cookie, so
 #                                       # Concert signs a new pass for every request)
 #   OPEN_LOOP=0 bash benches/compare.sh # skip the fixed-rate latency runs (page mode)
+#   OPEN_ROUNDS=5 OPEN_DURATION=8 bash benches/compare.sh # more and longer fixed-rate runs
 #   BODY=32768 bash benches/compare.sh  # the origin answers with a static file of that many
 #                                       # bytes (a page of real size) instead of a 2-byte body
 #
 # After the closed-loop table (wrk), page mode also measures latency open-loop: requests sent at a
 # fixed 50/80/95% of the best proxy's throughput by examples/loadgen.rs, which counts latency from
-# when each request was due, so stalls are not hidden by the load generator slowing down.
+# when each request was due, so stalls are not hidden by the load generator slowing down. Near
+# saturation one run's tail says more about that moment's share of the machine than about the
+# proxy, so each rate runs in interleaved rounds (N H C, N H C, …) and the medians are reported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/common.sh
@@ -38,6 +41,8 @@ CONCERT_PORT=${CONCERT_PORT:-18083}
 RELAY_PORT=${RELAY_PORT:-18084}
 MODE=${MODE:-page}
 OPEN_LOOP=${OPEN_LOOP:-1}
+OPEN_ROUNDS=${OPEN_ROUNDS:-3}
+OPEN_DURATION=${OPEN_DURATION:-5}
 BODY=${BODY:-}
 if [ -n "$BODY" ] && ! [[ "$BODY" =~ ^[0-9]+$ ]]; then
   echo "BODY must be a number of bytes, not '$BODY'" >&2
@@ -277,20 +282,35 @@ for workers in $WORKERS; do
       m=$(tr ' ' '\n' <<<"${rps[$target]}" | grep . | median)
       best=$(awk -v a="$best" -v b="$m" 'BEGIN{print (b>a)?b:a}')
     done
-    echo "-- open loop, $workers worker(s): fixed rates relative to the best proxy ($best req/s), ${DURATION}s each --"
-    printf "%-22s %8s %12s %10s %10s %10s %8s\n" target load "achieved/s" "p50 ms" "p99 ms" "p99.9 ms" errors
+    echo "-- open loop, $workers worker(s): fixed rates relative to the best proxy ($best req/s), ${OPEN_DURATION}s each, median of $OPEN_ROUNDS interleaved rounds --"
+    printf "%-22s %8s %12s %10s %10s %10s %8s   %s\n" target load "achieved/s" "p50 ms" "p99 ms" "p99.9 ms" errors \
+      "p99 by round"
     for pct in 50 80 95; do
       rate=$(awk -v b="$best" -v p="$pct" 'BEGIN{printf "%d", b*p/100}')
+      declare -A ach=() o50=() o99=() o999=() oerr=()
+      for _ in $(seq 1 "$OPEN_ROUNDS"); do
+        for target in N H C; do
+          case $target in
+            N) port=$NGINX_PORT ;; H) port=$HAPROXY_PORT ;; C) port=$CONCERT_PORT ;;
+          esac
+          line=$(pin_gen "$LOADGEN" "http://127.0.0.1:$port$BENCH_PATH" "$rate" "$OPEN_DURATION" "$CONNS")
+          field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$line"; }
+          ach[$target]+="$(field achieved) "; o50[$target]+="$(field p50) "
+          o99[$target]+="$(field p99) "; o999[$target]+="$(field p999) "
+          errors=$(field errors)
+          oerr[$target]=$(( ${oerr[$target]:-0} + ${errors:-0} ))
+        done
+      done
       for target in N H C; do
         case $target in
-          N) port=$NGINX_PORT; name="nginx proxy_pass" ;; H) port=$HAPROXY_PORT; name="haproxy" ;;
-          C) port=$CONCERT_PORT; name="concert" ;;
+          N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
         esac
-        line=$(pin_gen "$LOADGEN" "http://127.0.0.1:$port$BENCH_PATH" "$rate" "$DURATION" "$CONNS")
-        field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$line"; }
-        printf "%-22s %7s%% %12s %10s %10s %10s %8s\n" "$name" "$pct" "$(field achieved)" \
-          "$(field p50)" "$(field p99)" "$(field p999)" "$(field errors)"
+        middle() { tr ' ' '\n' <<<"$1" | grep . | median; }
+        printf "%-22s %7s%% %12s %10s %10s %10s %8s   %s\n" "$name" "$pct" "$(middle "${ach[$target]}")" \
+          "$(middle "${o50[$target]}")" "$(middle "${o99[$target]}")" "$(middle "${o999[$target]}")" \
+          "${oerr[$target]}" "${o99[$target]% }"
       done
+      unset ach o50 o99 o999 oerr
     done
     echo
   fi
