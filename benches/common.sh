@@ -21,6 +21,37 @@ http {
 EOF
 }
 
+# The proxy configurations the comparisons measure, in front of the origin on 127.0.0.1:$3:
+# nginx proxy_pass with an upstream keep-alive pool, and HAProxy reusing origin connections.
+# $1 = file, $2 = worker processes or threads, $3 = origin port, $4 = listening port.
+nginx_proxy_conf() {
+  nginx_conf "$1" "$2" "upstream origin { server 127.0.0.1:$3; keepalive 256; }
+  server { listen 127.0.0.1:$4;
+    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\";
+                 proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
+}
+
+haproxy_conf() {
+  cat >"$1" <<EOF
+global
+  nbthread $2
+  maxconn 9000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+  option forwardfor
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$4
+  default_backend be
+backend be
+  server origin 127.0.0.1:$3
+EOF
+}
+
 # Waits for a listener on 127.0.0.1:$1, for up to $2 tries 50 ms apart (default 100: 5 s).
 wait_port() {
   for _ in $(seq 1 "${2:-100}"); do

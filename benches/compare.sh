@@ -114,33 +114,13 @@ start_origin() {
 
 # Servers started inside $(…) must not keep its output pipe open, or the substitution never ends.
 start_nginx() { # $1 = workers
-  nginx_conf "$work/nginx-$1.conf" "$1" "upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 256; }
-  server { listen 127.0.0.1:$NGINX_PORT;
-    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\";
-                 proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
+  nginx_proxy_conf "$work/nginx-$1.conf" "$1" "$ORIGIN_PORT" "$NGINX_PORT"
   pin_proxy "$1" "$NGINX" -c "$work/nginx-$1.conf" -p "$work" >/dev/null &
   echo $!
 }
 
 start_haproxy() { # $1 = workers
-  cat >"$work/haproxy-$1.cfg" <<EOF
-global
-  nbthread $1
-  maxconn 9000
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
-  option http-keep-alive
-  option forwardfor
-  http-reuse always
-frontend fe
-  bind 127.0.0.1:$HAPROXY_PORT
-  default_backend be
-backend be
-  server origin 127.0.0.1:$ORIGIN_PORT
-EOF
+  haproxy_conf "$work/haproxy-$1.cfg" "$1" "$ORIGIN_PORT" "$HAPROXY_PORT"
   pin_proxy "$1" "$HAPROXY" -f "$work/haproxy-$1.cfg" -db >/dev/null &
   echo $!
 }

@@ -9,11 +9,14 @@
 #   bash benches/instructions.sh                          # the dist build (as shipped)
 #   CONCERT=/tmp/old-concert bash benches/instructions.sh # any other binary, for an A/B
 #   SMALL=1000 LARGE=5000 bash benches/instructions.sh
+#   OTHERS=0 bash benches/instructions.sh                 # Concert only, without nginx and HAProxy
 #
 # Modes: `cookieless` (every request gets a new admission pass, as with wrk) and `with pass`
 # (each connection returns the cookies it was given, as a browser does). Counts include only
 # Concert's own user-space instructions; under valgrind SHA-256 runs without the CPU's SHA
 # extensions, so the pass signature weighs more here than on real hardware.
+# The same count follows for nginx proxy_pass (one process) and HAProxy (one thread) in front of
+# the same origin, configured as in benches/compare.sh, with the same client.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/common.sh
@@ -23,9 +26,14 @@ SMALL=${SMALL:-2000}
 LARGE=${LARGE:-10000}
 ORIGIN_PORT=${ORIGIN_PORT:-18180}
 CONCERT_PORT=${CONCERT_PORT:-18183}
+NGINX_PORT=${NGINX_PORT:-18181}
+HAPROXY_PORT=${HAPROXY_PORT:-18182}
+OTHERS=${OTHERS:-1}
 
 install_missing valgrind:valgrind nginx:nginx-light
+[ "$OTHERS" = 0 ] || install_missing haproxy:haproxy
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 
 # Profile dist, as shipped: with release's four codegen units the count moved by up to 1.5%
 # between builds of the same request path, as code elsewhere changed how they were split.
@@ -49,27 +57,48 @@ nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; locati
 origin_pid=$!
 wait_port "$ORIGIN_PORT"
 
-# Prints the instructions Concert executed while answering $1 requests (mode flags follow).
-instructions_for() {
-  local requests=$1 out="$work/callgrind.$1" pid
-  shift
-  valgrind --tool=callgrind --callgrind-out-file="$out" "$CONCERT" \
-    -listen "127.0.0.1:$CONCERT_PORT" -upstream "http://127.0.0.1:$ORIGIN_PORT" \
-    -cap 1000000 -max-queue 0 -access-log=false -data-dir "" -workers 1 >"$work/concert.log" 2>&1 &
+# Prints the instructions the server started by "$@" executed while answering $1 requests on
+# port $2. SIGTERM, not SIGINT: a background job of a script starts with SIGINT ignored, and
+# HAProxy leaves it so.
+instructions_of() {
+  local requests=$1 port=$2 out="$work/callgrind.$RANDOM" pid count
+  shift 2
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >"$work/server.log" 2>&1 &
   pid=$!
   # valgrind takes a few seconds to start the program.
-  wait_port "$CONCERT_PORT" 600
-  "$EXCHANGES" "http://127.0.0.1:$CONCERT_PORT/bench" "$requests" 4 "$@" >/dev/null
-  kill -INT "$pid"
-  wait "$pid" || { echo "Concert did not stop cleanly; its log:" >&2; cat "$work/concert.log" >&2; return 1; }
-  awk '/^(summary|totals):/ {print $2; exit}' "$out"
+  wait_port "$port" 600
+  "$EXCHANGES" "http://127.0.0.1:$port/bench" "$requests" 4 "${exchange_flags[@]}" >/dev/null
+  kill -TERM "$pid"
+  wait "$pid" || true
+  count=$(awk '/^(summary|totals):/ {print $2; exit}' "$out" 2>/dev/null)
+  [ -n "$count" ] || { echo "$1 left no count; its log:" >&2; cat "$work/server.log" >&2; return 1; }
+  echo "$count"
 }
 
-echo "instructions per proxied page ($CONCERT; $SMALL and $LARGE requests, one worker)"
+# Instructions per request: the difference between a short and a long run, so start-up and
+# shutdown cancel out. $1 = port, then the server's command.
+per_request() {
+  local small large
+  small=$(instructions_of "$SMALL" "$@")
+  large=$(instructions_of "$LARGE" "$@")
+  echo $(( (large - small) / (LARGE - SMALL) ))
+}
+
+echo "instructions per proxied page ($SMALL and $LARGE requests, one worker; $CONCERT)"
 for mode in cookieless "with pass"; do
-  flags=()
-  [ "$mode" = "with pass" ] && flags=(--keep-cookies)
-  small=$(instructions_for "$SMALL" "${flags[@]}")
-  large=$(instructions_for "$LARGE" "${flags[@]}")
-  printf '%-12s %8d\n' "$mode" $(( (large - small) / (LARGE - SMALL) ))
+  exchange_flags=()
+  [ "$mode" = "with pass" ] && exchange_flags=(--keep-cookies)
+  printf '%-22s %8d\n' "concert, $mode" "$(per_request "$CONCERT_PORT" "$CONCERT" \
+    -listen "127.0.0.1:$CONCERT_PORT" -upstream "http://127.0.0.1:$ORIGIN_PORT" \
+    -cap 1000000 -max-queue 0 -access-log=false -data-dir "" -workers 1)"
 done
+[ "$OTHERS" = 0 ] && exit 0
+
+exchange_flags=()
+# One process: valgrind would not follow a forked worker.
+nginx_proxy_conf "$work/nginx.conf" 1 "$ORIGIN_PORT" "$NGINX_PORT"
+sed -i '1i master_process off;' "$work/nginx.conf"
+printf '%-22s %8d\n' "nginx proxy_pass" "$(per_request "$NGINX_PORT" "$NGINX" -c "$work/nginx.conf" -p "$work")"
+
+haproxy_conf "$work/haproxy.cfg" 1 "$ORIGIN_PORT" "$HAPROXY_PORT"
+printf '%-22s %8d\n' "haproxy" "$(per_request "$HAPROXY_PORT" "$HAPROXY" -f "$work/haproxy.cfg" -db)"
