@@ -202,6 +202,8 @@ fetch_pass() {
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR==0) print "-"; else print a[int((NR+1)/2)]}'; }
+# The median of a space-separated list of numbers, as the tables collect them.
+median_of() { tr ' ' '\n' <<<"$1" | grep . | median; }
 
 start_origin
 wait_port "$ORIGIN_PORT"
@@ -247,11 +249,11 @@ for workers in $WORKERS; do
       D) name="direct (origin)" ;; R) name="byte relay (ceiling)" ;; N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
     esac
     printf "%-22s %12s %10s %10s %14s %14s   %s\n" "$name" \
-      "$(tr ' ' '\n' <<<"${rps[$target]}" | grep . | median)" \
-      "$(tr ' ' '\n' <<<"${p50[$target]}" | grep . | median)" \
-      "$(tr ' ' '\n' <<<"${p99[$target]}" | grep . | median)" \
-      "$(tr ' ' '\n' <<<"${user[$target]}" | grep . | median)" \
-      "$(tr ' ' '\n' <<<"${system[$target]}" | grep . | median)" \
+      "$(median_of "${rps[$target]}")" \
+      "$(median_of "${p50[$target]}")" \
+      "$(median_of "${p99[$target]}")" \
+      "$(median_of "${user[$target]}")" \
+      "$(median_of "${system[$target]}")" \
       "$(awk '{for (i = 1; i <= NF; i++) printf "%s%.0f", (i > 1 ? " " : ""), $i}' <<<"${rps[$target]}")"
     [ -z "${errs[$target]:-}" ] || echo "   errors: ${errs[$target]}"
   done
@@ -259,7 +261,7 @@ for workers in $WORKERS; do
   if [ "$MODE" = page ] && [ "$OPEN_LOOP" != 0 ]; then
     best=0
     for target in N H C; do
-      m=$(tr ' ' '\n' <<<"${rps[$target]}" | grep . | median)
+      m=$(median_of "${rps[$target]}")
       best=$(awk -v a="$best" -v b="$m" 'BEGIN{print (b>a)?b:a}')
     done
     echo "-- open loop, $workers worker(s): fixed rates relative to the best proxy ($best req/s), ${OPEN_DURATION}s each, median of $OPEN_ROUNDS interleaved rounds --"
@@ -285,9 +287,8 @@ for workers in $WORKERS; do
         case $target in
           N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
         esac
-        middle() { tr ' ' '\n' <<<"$1" | grep . | median; }
-        printf "%-22s %7s%% %12s %10s %10s %10s %8s   %s\n" "$name" "$pct" "$(middle "${ach[$target]}")" \
-          "$(middle "${o50[$target]}")" "$(middle "${o99[$target]}")" "$(middle "${o999[$target]}")" \
+        printf "%-22s %7s%% %12s %10s %10s %10s %8s   %s\n" "$name" "$pct" "$(median_of "${ach[$target]}")" \
+          "$(median_of "${o50[$target]}")" "$(median_of "${o99[$target]}")" "$(median_of "${o999[$target]}")" \
           "${oerr[$target]}" "${o99[$target]% }"
       done
       unset ach o50 o99 o999 oerr

@@ -61,8 +61,9 @@ wait_port "$ORIGIN_PORT"
 # port $2. SIGTERM, not SIGINT: a background job of a script starts with SIGINT ignored, and
 # HAProxy leaves it so.
 instructions_of() {
-  local requests=$1 port=$2 out="$work/callgrind.$RANDOM" pid count
+  local requests=$1 port=$2 out pid count
   shift 2
+  out=$(mktemp "$work/callgrind.XXXXXX")
   valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >"$work/server.log" 2>&1 &
   pid=$!
   # valgrind takes a few seconds to start the program.
