@@ -25,6 +25,8 @@
 # when each request was due, so stalls are not hidden by the load generator slowing down. Near
 # saturation one run's tail says more about that moment's share of the machine than about the
 # proxy, so each rate runs in interleaved rounds (N H C, N H C, …) and the medians are reported.
+# Their CPU column is each proxy's CPU time per request at that same offered load: what it leaves
+# of the machine to an origin running beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/common.sh
@@ -265,18 +267,25 @@ for workers in $WORKERS; do
       best=$(awk -v a="$best" -v b="$m" 'BEGIN{print (b>a)?b:a}')
     done
     echo "-- open loop, $workers worker(s): fixed rates relative to the best proxy ($best req/s), ${OPEN_DURATION}s each, median of $OPEN_ROUNDS interleaved rounds --"
-    printf "%-22s %8s %12s %10s %10s %10s %8s   %s\n" target load "achieved/s" "p50 ms" "p99 ms" "p99.9 ms" errors \
-      "p99 by round"
+    printf "%-22s %8s %12s %10s %10s %10s %10s %8s   %s\n" target load "achieved/s" "p50 ms" "p99 ms" "p99.9 ms" \
+      "cpu us/req" errors "p99 by round"
     for pct in 50 80 95; do
       rate=$(awk -v b="$best" -v p="$pct" 'BEGIN{printf "%d", b*p/100}')
-      declare -A ach=() o50=() o99=() o999=() oerr=()
+      declare -A ach=() o50=() o99=() o999=() ocpu=() oerr=()
       for _ in $(seq 1 "$OPEN_ROUNDS"); do
         for target in N H C; do
           case $target in
-            N) port=$NGINX_PORT ;; H) port=$HAPROXY_PORT ;; C) port=$CONCERT_PORT ;;
+            N) port=$NGINX_PORT; pid=$pid_n ;; H) port=$HAPROXY_PORT; pid=$pid_h ;;
+            C) port=$CONCERT_PORT; pid=$pid_c ;;
           esac
+          read -r user0 system0 < <(cpu_ticks "$pid")
           line=$(pin_gen "$LOADGEN" "http://127.0.0.1:$port$BENCH_PATH" "$rate" "$OPEN_DURATION" "$CONNS")
+          read -r user1 system1 < <(cpu_ticks "$pid")
           field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$line"; }
+          # At the same offered load the proxies' CPU per request compares cleanly: it is the share
+          # of the machine each leaves to a co-located origin.
+          ocpu[$target]+="$(awk -v t=$((user1 - user0 + system1 - system0)) -v r="$(field achieved)" \
+            -v d="$OPEN_DURATION" -v hz="$CLK_TCK" 'BEGIN { if (r > 0) printf "%.1f", t * 1000000 / hz / (r * d); else print "-" }') "
           ach[$target]+="$(field achieved) "; o50[$target]+="$(field p50) "
           o99[$target]+="$(field p99) "; o999[$target]+="$(field p999) "
           errors=$(field errors)
@@ -287,11 +296,11 @@ for workers in $WORKERS; do
         case $target in
           N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
         esac
-        printf "%-22s %7s%% %12s %10s %10s %10s %8s   %s\n" "$name" "$pct" "$(median_of "${ach[$target]}")" \
+        printf "%-22s %7s%% %12s %10s %10s %10s %10s %8s   %s\n" "$name" "$pct" "$(median_of "${ach[$target]}")" \
           "$(median_of "${o50[$target]}")" "$(median_of "${o99[$target]}")" "$(median_of "${o999[$target]}")" \
-          "${oerr[$target]}" "${o99[$target]% }"
+          "$(median_of "${ocpu[$target]}")" "${oerr[$target]}" "${o99[$target]% }"
       done
-      unset ach o50 o99 o999 oerr
+      unset ach o50 o99 o999 ocpu oerr
     done
     echo
   fi
