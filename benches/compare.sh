@@ -165,6 +165,12 @@ cpu_ticks() {
   echo "$total_user $total_system"
 }
 
+# $1 clock ticks of CPU spread over $2 requests, in microseconds with $3 decimals.
+us_per_request() {
+  awk -v t="$1" -v n="$2" -v hz="$CLK_TCK" -v d="$3" \
+    'BEGIN { if (n > 0) printf "%.*f", d, t * 1000000 / hz / n; else print "-" }'
+}
+
 # Prints "requests_per_second p50_ms p99_ms user_us system_us errors" for one wrk run against
 # port $1 served by process $2; the CPU columns are the server's CPU microseconds per request.
 measure() {
@@ -179,10 +185,8 @@ measure() {
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out" | tr '\n' ' ')
-  per_request() { awk -v t="$1" -v n="${requests:-0}" -v hz="$CLK_TCK" \
-    'BEGIN { if (n > 0) printf "%.2f", t * 1000000 / hz / n; else print "-" }'; }
-  echo "$rps $(to_ms "$p50") $(to_ms "$p99") $(per_request $((user1 - user0))) \
-$(per_request $((system1 - system0))) ${errors:-none}"
+  echo "$rps $(to_ms "$p50") $(to_ms "$p99") $(us_per_request $((user1 - user0)) "${requests:-0}" 2) \
+$(us_per_request $((system1 - system0)) "${requests:-0}" 2) ${errors:-none}"
 }
 
 to_ms() { # wrk prints 1.23ms / 456.00us / 1.02s
@@ -203,6 +207,12 @@ fetch_pass() {
   exec 3<&-
 }
 
+# The targets: D origin directly, R byte relay, N nginx, H HAProxy, C Concert.
+declare -A NAME_OF=([D]="direct (origin)" [R]="byte relay (ceiling)" [N]="nginx proxy_pass"
+                    [H]="haproxy" [C]="concert")
+declare -A PORT_OF=([D]=$ORIGIN_PORT [R]=$RELAY_PORT [N]=$NGINX_PORT [H]=$HAPROXY_PORT
+                    [C]=$CONCERT_PORT)
+
 median() { sort -n | awk '{a[NR]=$1} END {if (NR==0) print "-"; else print a[int((NR+1)/2)]}'; }
 # The median of a space-separated list of numbers, as the tables collect them.
 median_of() { tr ' ' '\n' <<<"$1" | grep . | median; }
@@ -222,6 +232,7 @@ for workers in $WORKERS; do
   pid_r=$(start_relay "$workers"); pids+=("$pid_r")
   wait_port "$NGINX_PORT"; wait_port "$HAPROXY_PORT"; wait_port "$CONCERT_PORT"
   wait_port "$RELAY_PORT"
+  declare -A pid_of=([D]=$pid_origin [R]=$pid_r [N]=$pid_n [H]=$pid_h [C]=$pid_c)
   if [ "$MODE" != page ]; then
     pass=$(fetch_pass)
     [ -n "$pass" ] || { echo "Concert issued no concert_admit pass" >&2; exit 1; }
@@ -233,11 +244,7 @@ for workers in $WORKERS; do
   done
   for round in $(seq 1 "$ROUNDS"); do
     for target in D R N H C; do
-      case $target in
-        D) port=$ORIGIN_PORT; pid=$pid_origin ;; R) port=$RELAY_PORT; pid=$pid_r ;; N) port=$NGINX_PORT; pid=$pid_n ;;
-        H) port=$HAPROXY_PORT; pid=$pid_h ;; C) port=$CONCERT_PORT; pid=$pid_c ;;
-      esac
-      read -r r a b u y e <<<"$(measure "$port" "$pid")"
+      read -r r a b u y e <<<"$(measure "${PORT_OF[$target]}" "${pid_of[$target]}")"
       rps[$target]+="$r "; p50[$target]+="$a "; p99[$target]+="$b "
       user[$target]+="$u "; system[$target]+="$y "
       [ "$e" = none ] || errs[$target]+="round $round: $e; "
@@ -247,10 +254,7 @@ for workers in $WORKERS; do
   printf "%-22s %12s %10s %10s %14s %14s   %s\n" target "req/s" "p50 ms" "p99 ms" "user us/req" \
     "system us/req" "req/s by round (drift shows here)"
   for target in D R N H C; do
-    case $target in
-      D) name="direct (origin)" ;; R) name="byte relay (ceiling)" ;; N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
-    esac
-    printf "%-22s %12s %10s %10s %14s %14s   %s\n" "$name" \
+    printf "%-22s %12s %10s %10s %14s %14s   %s\n" "${NAME_OF[$target]}" \
       "$(median_of "${rps[$target]}")" \
       "$(median_of "${p50[$target]}")" \
       "$(median_of "${p99[$target]}")" \
@@ -274,18 +278,14 @@ for workers in $WORKERS; do
       declare -A ach=() o50=() o99=() o999=() ocpu=() oerr=()
       for _ in $(seq 1 "$OPEN_ROUNDS"); do
         for target in N H C; do
-          case $target in
-            N) port=$NGINX_PORT; pid=$pid_n ;; H) port=$HAPROXY_PORT; pid=$pid_h ;;
-            C) port=$CONCERT_PORT; pid=$pid_c ;;
-          esac
-          read -r user0 system0 < <(cpu_ticks "$pid")
-          line=$(pin_gen "$LOADGEN" "http://127.0.0.1:$port$BENCH_PATH" "$rate" "$OPEN_DURATION" "$CONNS")
-          read -r user1 system1 < <(cpu_ticks "$pid")
+          read -r user0 system0 < <(cpu_ticks "${pid_of[$target]}")
+          line=$(pin_gen "$LOADGEN" "http://127.0.0.1:${PORT_OF[$target]}$BENCH_PATH" "$rate" "$OPEN_DURATION" "$CONNS")
+          read -r user1 system1 < <(cpu_ticks "${pid_of[$target]}")
           field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$line"; }
           # At the same offered load the proxies' CPU per request compares cleanly: it is the share
           # of the machine each leaves to a co-located origin.
-          ocpu[$target]+="$(awk -v t=$((user1 - user0 + system1 - system0)) -v r="$(field achieved)" \
-            -v d="$OPEN_DURATION" -v hz="$CLK_TCK" 'BEGIN { if (r > 0) printf "%.1f", t * 1000000 / hz / (r * d); else print "-" }') "
+          answered=$(awk -v r="$(field achieved)" -v d="$OPEN_DURATION" 'BEGIN { printf "%d", r * d }')
+          ocpu[$target]+="$(us_per_request $((user1 - user0 + system1 - system0)) "$answered" 1) "
           ach[$target]+="$(field achieved) "; o50[$target]+="$(field p50) "
           o99[$target]+="$(field p99) "; o999[$target]+="$(field p999) "
           errors=$(field errors)
@@ -293,10 +293,7 @@ for workers in $WORKERS; do
         done
       done
       for target in N H C; do
-        case $target in
-          N) name="nginx proxy_pass" ;; H) name="haproxy" ;; C) name="concert" ;;
-        esac
-        printf "%-22s %7s%% %12s %10s %10s %10s %10s %8s   %s\n" "$name" "$pct" "$(median_of "${ach[$target]}")" \
+        printf "%-22s %7s%% %12s %10s %10s %10s %10s %8s   %s\n" "${NAME_OF[$target]}" "$pct" "$(median_of "${ach[$target]}")" \
           "$(median_of "${o50[$target]}")" "$(median_of "${o99[$target]}")" "$(median_of "${o999[$target]}")" \
           "$(median_of "${ocpu[$target]}")" "${oerr[$target]}" "${o99[$target]% }"
       done
