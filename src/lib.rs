@@ -12,6 +12,7 @@ pub mod client;
 pub mod coarse_clock;
 pub mod config;
 pub mod cookies;
+pub mod core_turns;
 pub mod demo;
 mod framing;
 mod idle_deadline;

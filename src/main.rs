@@ -29,9 +29,7 @@ fn main() -> ExitCode {
     concert::logging::init(config_is_json);
     // The main thread's runtime is the first serving worker; `run` starts the others, each on
     // a current-thread runtime of its own (see `server::serve_workers`).
-    let mut runtime = tokio::runtime::Builder::new_current_thread();
-    runtime.enable_all();
-    let runtime = match runtime.build() {
+    let runtime = match concert::core_turns::worker_runtime().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("concert: cannot start the async runtime: {e}");

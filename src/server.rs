@@ -251,7 +251,8 @@ impl Drop for OpenConnection {
 /// worker that accepted it from start to end, so a request never crosses threads and workers
 /// share nothing but the application state and their connection counts (which keep new
 /// connections spread between them): the way nginx's worker processes divide a machine,
-/// without a work-stealing scheduler's hand-offs between cores.
+/// without a work-stealing scheduler's hand-offs between cores. Workers that the scheduler puts
+/// on one core take turns on it (see [`crate::core_turns`]).
 pub async fn serve_workers(
     listener: TcpListener,
     app: Arc<App>,
@@ -277,8 +278,7 @@ pub async fn serve_workers(
             .name(format!("concert-w{index}"))
             .spawn(move || {
                 become_worker(index);
-                let served = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
+                let served = crate::core_turns::worker_runtime()
                     .build()
                     .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))
                     .and_then(|runtime| {
