@@ -1,7 +1,7 @@
 # Concert build and test entry points. `make demo` and `make test` are the README's two commands.
 CARGO ?= cargo
 
-.PHONY: all build demo test lint bench bench-compare bench-line bench-instructions docs clean
+.PHONY: all build demo test lint bench bench-compare bench-rounds bench-line bench-instructions docs clean
 
 all: lint test build
 
@@ -32,6 +32,10 @@ docs:
 
 bench-compare:
 	bash benches/compare.sh
+
+# nginx, HAProxy and Concert in many short paired rounds, counting the rounds Concert leads.
+bench-rounds:
+	bash benches/rounds.sh
 
 # Memory per waiting visitor and status polling with a long line, against the release binary.
 bench-line:
