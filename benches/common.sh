@@ -62,6 +62,17 @@ wait_port() {
   return 1
 }
 
+# A latency as wrk prints it (1.23ms, 456.00us, 1.02s), in milliseconds.
+to_ms() {
+  local v=$1
+  case $v in
+    *us) awk -v x="${v%us}" 'BEGIN{printf "%.3f", x/1000}' ;;
+    *ms) awk -v x="${v%ms}" 'BEGIN{printf "%.3f", x}' ;;
+    *s) awk -v x="${v%s}" 'BEGIN{printf "%.3f", x*1000}' ;;
+    *) echo "$v" ;;
+  esac
+}
+
 # Installs from Debian the packages whose command is missing: each argument is command:package.
 install_missing() {
   local need=() pair

@@ -189,16 +189,6 @@ measure() {
 $(us_per_request $((system1 - system0)) "${requests:-0}" 2) ${errors:-none}"
 }
 
-to_ms() { # wrk prints 1.23ms / 456.00us / 1.02s
-  local v=$1
-  case $v in
-    *us) awk -v x="${v%us}" 'BEGIN{printf "%.3f", x/1000}' ;;
-    *ms) awk -v x="${v%ms}" 'BEGIN{printf "%.3f", x}' ;;
-    *s) awk -v x="${v%s}" 'BEGIN{printf "%.3f", x*1000}' ;;
-    *) echo "$v" ;;
-  esac
-}
-
 # The concert_admit value Concert issues on an admitted page (asset and browser modes).
 fetch_pass() {
   exec 3<>"/dev/tcp/127.0.0.1/$CONCERT_PORT"

@@ -65,15 +65,6 @@ start_target() {
   esac
 }
 
-to_ms() { # wrk prints 1.23ms / 456.00us / 1.02s
-  case $1 in
-    *us) awk -v x="${1%us}" 'BEGIN{printf "%.3f", x/1000}' ;;
-    *ms) awk -v x="${1%ms}" 'BEGIN{printf "%.3f", x}' ;;
-    *s) awk -v x="${1%s}" 'BEGIN{printf "%.3f", x*1000}' ;;
-    *) echo "$1" ;;
-  esac
-}
-
 # One timed run against the proxy on $PROXY_PORT: "req/s p99_ms".
 measure() {
   local out
