@@ -52,6 +52,29 @@ backend be
 EOF
 }
 
+# A temporary directory in $work, removed on exit after every process whose pid the script adds
+# to `pids` has been stopped.
+use_workdir() {
+  work=$(mktemp -d)
+  pids=()
+  trap stop_and_clean_up EXIT
+}
+
+stop_and_clean_up() {
+  local pid
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+
+# Prints Concert's arguments as the load scripts run it, with a cap that never binds: listening
+# on 127.0.0.1:$1, in front of the origin on 127.0.0.1:$2, with $3 workers; one per line, for
+# `mapfile`.
+concert_bench_args() {
+  printf '%s\n' -listen "127.0.0.1:$1" -upstream "http://127.0.0.1:$2" -cap 1000000 -max-queue 0 \
+    -access-log=false -data-dir "" -workers "$3"
+}
+
 # Waits for a listener on 127.0.0.1:$1, for up to $2 tries 50 ms apart (default 100: 5 s).
 wait_port() {
   for _ in $(seq 1 "${2:-100}"); do

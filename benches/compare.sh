@@ -79,14 +79,7 @@ cargo build --release --locked --quiet --example loadgen --example relay
 LOADGEN=target/release/examples/loadgen
 RELAY=target/release/examples/relay
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_workdir
 
 # One CPU for the load generator and the origin, the other for the proxy under test (the machine
 # has two); with two workers the proxy may use both.
@@ -128,8 +121,9 @@ start_haproxy() { # $1 = workers
 }
 
 start_concert() { # $1 = workers
-  pin_proxy "$1" "$CONCERT" -listen "127.0.0.1:$CONCERT_PORT" -upstream "http://127.0.0.1:$ORIGIN_PORT" \
-    -cap 1000000 -max-queue 0 -access-log=false -data-dir "" -workers "$1" "${CONCERT_EXTRA[@]}" >/dev/null 2>&1 &
+  local args
+  mapfile -t args < <(concert_bench_args "$CONCERT_PORT" "$ORIGIN_PORT" "$1")
+  pin_proxy "$1" "$CONCERT" "${args[@]}" "${CONCERT_EXTRA[@]}" >/dev/null 2>&1 &
   echo $!
 }
 

@@ -43,18 +43,11 @@ fi
 cargo build --release --locked --quiet --example exchanges
 EXCHANGES=target/release/examples/exchanges
 
-work=$(mktemp -d)
-origin_pid=
-cleanup() {
-  if [ -n "$origin_pid" ]; then kill "$origin_pid" 2>/dev/null || true; fi
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_workdir
 
 nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { return 200 'ok'; } }"
 "$NGINX" -c "$work/origin.conf" -p "$work" &
-origin_pid=$!
+pids+=("$!")
 wait_port "$ORIGIN_PORT"
 
 # Prints the instructions the server started by "$@" executed while answering $1 requests on
@@ -86,12 +79,11 @@ per_request() {
 }
 
 echo "instructions per proxied page ($SMALL and $LARGE requests, one worker; $CONCERT)"
+mapfile -t concert_args < <(concert_bench_args "$CONCERT_PORT" "$ORIGIN_PORT" 1)
 for mode in cookieless "with pass"; do
   exchange_flags=()
   [ "$mode" = "with pass" ] && exchange_flags=(--keep-cookies)
-  printf '%-22s %8d\n' "concert, $mode" "$(per_request "$CONCERT_PORT" "$CONCERT" \
-    -listen "127.0.0.1:$CONCERT_PORT" -upstream "http://127.0.0.1:$ORIGIN_PORT" \
-    -cap 1000000 -max-queue 0 -access-log=false -data-dir "" -workers 1)"
+  printf '%-22s %8d\n' "concert, $mode" "$(per_request "$CONCERT_PORT" "$CONCERT" "${concert_args[@]}")"
 done
 [ "$OTHERS" = 0 ] && exit 0
 

@@ -29,47 +29,37 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 CONCERT=$(build_shipped_concert)
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_workdir
 
-cpus=$(nproc)
-on_core() { # $1 = core; runs the rest pinned there when the machine has two cores or more
-  local core=$1; shift
-  if [ "$cpus" -ge 2 ]; then taskset -c "$core" "$@"; else "$@"; fi
-}
+# Command prefixes pinning to core 0 (the proxy) and core 1 (wrk and the origin); empty on a
+# machine with one core. taskset execs the command, so $! of a started server is its own pid.
+core0=() core1=()
+if [ "$(nproc)" -ge 2 ]; then core0=(taskset -c 0) core1=(taskset -c 1); fi
 
 nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { return 200 'ok'; } }"
-# `exec`, so that $! is nginx itself and cleanup stops it.
-(if [ "$cpus" -ge 2 ]; then exec taskset -c 1 "$NGINX" -c "$work/origin.conf" -p "$work"
- else exec "$NGINX" -c "$work/origin.conf" -p "$work"; fi) &
+"${core1[@]}" "$NGINX" -c "$work/origin.conf" -p "$work" &
 pids+=("$!")
 wait_port "$ORIGIN_PORT"
 
 # Starts target $1 with $2 workers in the background; its pid is in $! afterwards.
 start_target() {
   local pin=()
-  if [ "$cpus" -ge 2 ] && [ "$2" = 1 ]; then pin=(taskset -c 0); fi
+  [ "$2" = 1 ] && pin=("${core0[@]}")
   case $1 in
     N) nginx_proxy_conf "$work/nginx.conf" "$2" "$ORIGIN_PORT" "$PROXY_PORT"
        "${pin[@]}" "$NGINX" -c "$work/nginx.conf" -p "$work" >/dev/null 2>&1 & ;;
     H) haproxy_conf "$work/haproxy.cfg" "$2" "$ORIGIN_PORT" "$PROXY_PORT"
        "${pin[@]}" "$HAPROXY" -f "$work/haproxy.cfg" -db >/dev/null 2>&1 & ;;
-    C) "${pin[@]}" "$CONCERT" -listen "127.0.0.1:$PROXY_PORT" -upstream "http://127.0.0.1:$ORIGIN_PORT" \
-         -cap 1000000 -max-queue 0 -access-log=false -data-dir "" -workers "$2" >/dev/null 2>&1 & ;;
+    C) mapfile -t concert_args < <(concert_bench_args "$PROXY_PORT" "$ORIGIN_PORT" "$2")
+       "${pin[@]}" "$CONCERT" "${concert_args[@]}" >/dev/null 2>&1 & ;;
   esac
 }
 
 # One timed run against the proxy on $PROXY_PORT: "req/s p99_ms".
 measure() {
   local out
-  on_core 1 wrk -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PROXY_PORT/bench" >/dev/null 2>&1
-  out=$(on_core 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$PROXY_PORT/bench" 2>&1)
+  "${core1[@]}" wrk -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PROXY_PORT/bench" >/dev/null 2>&1
+  out=$("${core1[@]}" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$PROXY_PORT/bench" 2>&1)
   echo "$(awk '/Requests\/sec/ {print $2}' <<<"$out") $(to_ms "$(awk '$1=="99%" {print $2}' <<<"$out")")"
 }
 

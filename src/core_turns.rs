@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// How long a worker runs without sleeping before it offers its core. Short next to the
 /// scheduler's tick, long next to the cost of a yield and of the context switch it may cause
 /// (a few microseconds), so turns cost well under one percent of a busy core.
-pub(crate) const TURN: Duration = Duration::from_micros(400);
+const TURN: Duration = Duration::from_micros(400);
 
 /// A wait for events at least this long means the thread was off the core (it slept in the
 /// kernel, or it yielded and another thread ran): its turn starts again. Checking for ready
