@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Paired rounds: nginx proxy_pass (N), HAProxy (H) and Concert (C) in front of the same fast
 # origin, one after the other within each round, each proxy started afresh for its run, for many
-# short rounds. On a shared VM one proxy's rate moves by 15-30% from one minute to the next, so
-# a single long run orders proxies that are close by chance; runs next to each other share the
-# machine's mood. Beside the medians, the script counts in how many rounds Concert had a rate at
-# least that of each other proxy, and a p99 no higher: a difference the machine can show holds
-# in most rounds, noise splits them about evenly.
+# short rounds; which proxy goes first rotates from round to round. On a shared VM one proxy's
+# rate moves by 15-30% from one minute to the next, so a single long run orders proxies that are
+# close by chance; runs next to each other share the machine's mood. Beside the medians, the
+# script counts in how many rounds Concert had a rate at least that of each other proxy, and a
+# p99 no higher: a difference the machine can show holds in most rounds, noise splits them about
+# evenly.
 #
-#   bash benches/rounds.sh                  # 10 rounds of 5 s, one worker and two
-#   ROUNDS=20 DURATION=5 WORKERS=2 bash benches/rounds.sh
+#   bash benches/rounds.sh                  # 12 rounds of 5 s, one worker and two
+#   ROUNDS=21 DURATION=5 WORKERS=2 bash benches/rounds.sh
 #
 # Layout as in benches/compare.sh: wrk (-t1 -c64) and the origin share core 1; with one worker
 # the proxy is pinned to core 0, with two its threads go where the scheduler puts them.
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=benches/common.sh
 source benches/common.sh
 
-ROUNDS=${ROUNDS:-10}
+ROUNDS=${ROUNDS:-12}
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-64}
 WORKERS=${WORKERS:-"1 2"}
@@ -68,7 +69,12 @@ for workers in $WORKERS; do
   results="$work/results-$workers"
   : >"$results"
   for round in $(seq 1 "$ROUNDS"); do
-    for target in N H C; do
+    # Each round starts with the next proxy (N H C, H C N, C N H, ...): whatever favours a
+    # place in the order (the first run after the origin idled, sockets left in TIME_WAIT by
+    # the run before) falls on every proxy alike.
+    order=(N H C N H)
+    first=$(((round - 1) % 3))
+    for target in "${order[@]:first:3}"; do
       start_target "$target" "$workers"
       pid=$!
       pids+=("$pid")
