@@ -226,8 +226,11 @@ for workers in $WORKERS; do
   for port in "$ORIGIN_PORT" "$RELAY_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$CONCERT_PORT"; do
     pin_gen wrk -t1 -c"$CONNS" -d1s "${WRK_HEADERS[@]}" "http://127.0.0.1:$port$BENCH_PATH" >/dev/null 2>&1
   done
+  # The target measured first rotates from round to round, so no proxy always follows the same
+  # neighbour or always goes first (benches/rounds.sh does the same).
+  closed_order=(D R N H C D R N H)
   for round in $(seq 1 "$ROUNDS"); do
-    for target in D R N H C; do
+    for target in "${closed_order[@]:$(((round - 1) % 5)):5}"; do
       read -r r a b u y e <<<"$(measure "${PORT_OF[$target]}" "${pid_of[$target]}")"
       rps[$target]+="$r "; p50[$target]+="$a "; p99[$target]+="$b "
       user[$target]+="$u "; system[$target]+="$y "
@@ -260,8 +263,9 @@ for workers in $WORKERS; do
     for pct in 50 80 95; do
       rate=$(awk -v b="$best" -v p="$pct" 'BEGIN{printf "%d", b*p/100}')
       declare -A ach=() o50=() o99=() o999=() ocpu=() oerr=()
-      for _ in $(seq 1 "$OPEN_ROUNDS"); do
-        for target in N H C; do
+      open_order=(N H C N H)
+      for round in $(seq 1 "$OPEN_ROUNDS"); do
+        for target in "${open_order[@]:$(((round - 1) % 3)):3}"; do
           read -r user0 system0 < <(cpu_ticks "${pid_of[$target]}")
           line=$(pin_gen "$LOADGEN" "http://127.0.0.1:${PORT_OF[$target]}$BENCH_PATH" "$rate" "$OPEN_DURATION" "$CONNS")
           read -r user1 system1 < <(cpu_ticks "${pid_of[$target]}")
