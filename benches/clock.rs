@@ -1,10 +1,10 @@
 //! What one clock read costs: the precise clocks the standard library reads against the coarse
-//! ones the request path reads (`concert::coarse_clock`).
+//! ones the request path reads (`concert::sys::coarse_clock`).
 
 use std::hint::black_box;
 use std::time::{Instant, SystemTime};
 
-use concert::coarse_clock;
+use concert::sys::coarse_clock;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn clock_reads(c: &mut Criterion) {

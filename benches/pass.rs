@@ -5,8 +5,8 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use concert::assets::{AssetSettings, AssetTier, Family};
-use concert::pass::{PassSigner, unix_now};
+use concert::admission::assets::{AssetSettings, AssetTier, Family};
+use concert::admission::pass::{PassSigner, unix_now};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn pass_verify(c: &mut Criterion) {

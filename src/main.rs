@@ -6,7 +6,7 @@ use concert::config::{self, Loaded};
 
 // musl's allocator is slow under threads; a fast allocator keeps the static build competitive.
 #[global_allocator]
-static GLOBAL: concert::allocator::Allocator = concert::allocator::Allocator;
+static GLOBAL: concert::sys::allocator::Allocator = concert::sys::allocator::Allocator;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,10 +26,10 @@ fn main() -> ExitCode {
         }
     };
     let config_is_json = config.log_format == config::LogFormat::Json;
-    concert::logging::init(config_is_json);
+    concert::sys::logging::init(config_is_json);
     // The main thread's runtime is the first serving worker; `run` starts the others, each on
     // a current-thread runtime of its own (see `server::serve_workers`).
-    let runtime = match concert::core_turns::worker_runtime().build() {
+    let runtime = match concert::sys::core_turns::worker_runtime().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("concert: cannot start the async runtime: {e}");

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use concert::pass::{PassId, unix_now};
+use concert::admission::pass::{PassId, unix_now};
 use futures_util::{SinkExt as _, StreamExt as _};
 use http::HeaderValue;
 use reqwest::StatusCode;
@@ -610,7 +610,8 @@ async fn forged_asset_passes_lead_to_a_ban_and_stale_ones_cost_nothing() {
     ])
     .await;
     let client = plain_client();
-    let stale = concert::pass::PassSigner::new(&[b'q'; 32], None).mint(&[1; 16], unix_now() + 600);
+    let stale = concert::admission::pass::PassSigner::new(&[b'q'; 32], None)
+        .mint(&[1; 16], unix_now() + 600);
     for _ in 0..5 {
         let response = client
             .get(url(&concert, "/assets/app.js"))

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use concert::pass::{PassId, PassSigner, PassStatus, unix_now};
+use concert::admission::pass::{PassId, PassSigner, PassStatus, unix_now};
 use http::HeaderValue;
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, COOKIE, RETRY_AFTER};

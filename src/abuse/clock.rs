@@ -16,7 +16,8 @@ impl Clock for SystemClock {
     fn now_nanos(&self) -> i64 {
         // Bans and rate windows count in seconds: a clock read to the scheduler tick will do.
         // A clock set before 1970 is broken and reads as the epoch.
-        i64::try_from(crate::coarse_clock::since_unix_epoch().as_nanos()).unwrap_or(i64::MAX - 1)
+        i64::try_from(crate::sys::coarse_clock::since_unix_epoch().as_nanos())
+            .unwrap_or(i64::MAX - 1)
     }
 }
 

@@ -19,14 +19,14 @@ pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 impl fmt::Display for WallTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let nanos = self.0.rem_euclid(NANOS_PER_SEC) as u32;
-        crate::walltime::write_rfc3339(f, self.0.div_euclid(NANOS_PER_SEC), nanos)
+        crate::sys::walltime::write_rfc3339(f, self.0.div_euclid(NANOS_PER_SEC), nanos)
     }
 }
 
 impl WallTime {
     /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`.
     pub fn parse(text: &str) -> Option<WallTime> {
-        let (secs, nanos) = crate::walltime::parse_rfc3339(text)?;
+        let (secs, nanos) = crate::sys::walltime::parse_rfc3339(text)?;
         secs.checked_mul(NANOS_PER_SEC)?
             .checked_add(i64::from(nanos))
             .map(WallTime)

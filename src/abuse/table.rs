@@ -17,7 +17,7 @@ use super::key::Key;
 use super::window::StrikeWindow;
 use super::{BanLength, FOREVER};
 
-use crate::shard::SHARD_COUNT as SHARDS;
+use crate::sys::shard::SHARD_COUNT as SHARDS;
 
 /// One tracked client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +100,7 @@ impl Default for Table {
 impl Table {
     fn shard(&self, key: &Key) -> &RwLock<Shard> {
         let hash = self.picker.hash_one(key);
-        &self.shards[crate::shard::staggered((hash >> 32) as u32)]
+        &self.shards[crate::sys::shard::staggered((hash >> 32) as u32)]
     }
 
     pub fn len(&self) -> usize {

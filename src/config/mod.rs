@@ -9,7 +9,6 @@ pub mod cidr;
 pub mod duration;
 pub mod flags;
 pub mod hosts;
-pub mod paths;
 pub mod table;
 pub mod validate;
 mod value;
@@ -18,13 +17,13 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-pub use cidr::CidrList;
-pub use duration::{format_go_duration, parse_go_duration};
-pub use hosts::HostList;
-pub use paths::{
+pub use crate::paths::rules::{
     BanPathMatcher, PathList, PathRejection, PathRule, RouteKind, RouteTable,
     normalize_request_path,
 };
+pub use cidr::CidrList;
+pub use duration::{format_go_duration, parse_go_duration};
+pub use hosts::HostList;
 pub use table::{Kind, ListKind, MAX_I32, SETTINGS, SettingDef, setting};
 
 use flags::FlagParse;
@@ -635,7 +634,7 @@ fn load_extras(
             "CONCERT_METRICS_PATH",
             |text| match text.trim() {
                 "" | "off" => Ok(None),
-                path => paths::parse_own_path(path).map(Some),
+                path => crate::paths::rules::parse_own_path(path).map(Some),
             },
         )?
     {

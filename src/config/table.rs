@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::Config;
 use super::cidr::CidrList;
 use super::hosts::HostList;
-use super::paths::PathList;
+use crate::paths::rules::PathList;
 
 /// Largest value of the original's 32-bit settings.
 pub const MAX_I32: u64 = i32::MAX as u64;

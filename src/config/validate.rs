@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::Config;
 use super::duration::format_go_duration;
-use super::paths::check_path_lists;
 use super::table::{SETTINGS, setting};
 use super::value::{check_value, to_text};
+use crate::paths::rules::check_path_lists;
 
 /// Minimum admission secret length in bytes.
 pub const MIN_ADMIT_SECRET_LEN: usize = 32;

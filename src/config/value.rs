@@ -8,8 +8,8 @@ use serde_json::Value;
 use super::cidr::CidrList;
 use super::duration::{format_go_duration, parse_env_duration, parse_go_duration};
 use super::hosts::HostList;
-use super::paths::PathList;
 use super::table::{Check, SettingDef, Slot, SlotRef, ValueType};
+use crate::paths::rules::PathList;
 
 /// Where a text value came from; env durations may be bare nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -28,9 +28,9 @@ use super::headers::{HeaderSink, RESPONSE_HOP_BY_HOP, first_item_len, list_items
 use super::idle::IdleList;
 use super::pool::{PoolError, PoolLimits, connect_tcp};
 use super::target::Target;
-use crate::framing::{parse_chunk_size, parse_decimal};
-use crate::moving_timer::MovingTimer;
-use crate::server::MAX_HEADERS;
+use crate::sys::moving_timer::MovingTimer;
+use crate::wire::codec::{parse_chunk_size, parse_decimal};
+use crate::wire::limits::MAX_HEADERS;
 
 /// Largest response head (status line and headers) read before giving up.
 const MAX_HEAD_BYTES: usize = 128 * 1024;

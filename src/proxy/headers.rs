@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{self, HeaderName, HeaderValue};
 
-use crate::cookies::cookie_pairs;
+use crate::admission::cookies::cookie_pairs;
 
 /// Cookies that belong to the waiting room and the fast lane; the origin never sees them.
 const PRIVATE_COOKIES: [&[u8]; 6] = [

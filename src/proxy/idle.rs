@@ -41,7 +41,7 @@ impl<T> IdleList<T> {
 
     /// The current worker's list.
     fn entries(&self) -> &Shard<T> {
-        &self.shards[crate::server::worker_index() % SHARDS]
+        &self.shards[crate::sys::workers::worker_index() % SHARDS]
     }
 
     /// `removed` entries left the lists.
@@ -58,7 +58,8 @@ impl<T> IdleList<T> {
         let entries = self.entries();
         let (entry, since) = entries.lock().pop_back()?;
         self.released(1);
-        if crate::coarse_clock::instant().saturating_duration_since(since) < self.idle_timeout {
+        if crate::sys::coarse_clock::instant().saturating_duration_since(since) < self.idle_timeout
+        {
             return Some(entry);
         }
         let expired = std::mem::take(&mut *entries.lock());
@@ -73,7 +74,7 @@ impl<T> IdleList<T> {
     /// otherwise only noticed when the newest is taken, so the oldest is retired here when it
     /// has expired, one per return, and stale entries do not sit at the bottom for ever.
     pub(super) fn push(&self, entry: T) {
-        let now = crate::coarse_clock::instant();
+        let now = crate::sys::coarse_clock::instant();
         let mut entries = self.entries().lock();
         let expired = match entries.front() {
             Some((_, since)) if now.duration_since(*since) >= self.idle_timeout => {
@@ -145,7 +146,7 @@ mod tests {
         list.push("worker 0");
         let elsewhere = std::sync::Arc::clone(&list);
         std::thread::spawn(move || {
-            crate::server::become_worker(1);
+            crate::sys::workers::become_worker(1);
             elsewhere.push("worker 1");
             elsewhere.push("worker 1, over the cap");
         })
@@ -164,7 +165,7 @@ mod tests {
         list.push("opened by worker 0");
         let elsewhere = std::sync::Arc::clone(&list);
         let seen_by_worker_1 = std::thread::spawn(move || {
-            crate::server::become_worker(1);
+            crate::sys::workers::become_worker(1);
             let before = elsewhere.pop_newest();
             elsewhere.push("opened by worker 1");
             (before, elsewhere.pop_newest())
@@ -181,7 +182,7 @@ mod tests {
         let on_worker = |index: usize, work: fn(&IdleList<usize>) -> Option<usize>| {
             let list = std::sync::Arc::clone(&list);
             std::thread::spawn(move || {
-                crate::server::become_worker(index);
+                crate::sys::workers::become_worker(index);
                 work(&list)
             })
             .join()
@@ -190,7 +191,7 @@ mod tests {
         let last = crate::config::validate::MAX_WORKERS - 1;
         for index in [70, last] {
             on_worker(index, |list| {
-                list.push(crate::server::worker_index());
+                list.push(crate::sys::workers::worker_index());
                 None
             });
         }

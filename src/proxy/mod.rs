@@ -517,7 +517,9 @@ impl Proxy {
         // Counted from the coarse clock: a limit of seconds does not need a precise read. Its
         // reading may be a tick ahead, so a tick is added: the limit is never cut short.
         let deadline = self.header_timeout.map(|limit| {
-            crate::coarse_clock::tokio_instant() + limit + crate::coarse_clock::max_error()
+            crate::sys::coarse_clock::tokio_instant()
+                + limit
+                + crate::sys::coarse_clock::max_error()
         });
         let answered = match (
             pool.send(&method, &head, deadline).await,

@@ -102,7 +102,7 @@ fn front(proxy: Proxy, peer_trusted: bool) -> Front {
                                 // These tests never stop the server.
                                 let drain = Drain::default();
                                 let ctx = ForwardContext {
-                                    peer: Some(crate::client::unmap(peer.ip())),
+                                    peer: Some(crate::pipeline::identity::unmap(peer.ip())),
                                     peer_trusted,
                                     via_tls: false,
                                     path_and_query: &target,

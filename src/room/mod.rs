@@ -30,7 +30,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::sema::{Gate, Permit};
+use crate::sys::slots::{Gate, Permit};
 
 pub use estimate::WaitEstimate;
 pub use ledger::CountTree;
@@ -423,7 +423,7 @@ impl Drop for PageSlot {
 /// move by hand.
 #[cfg(not(test))]
 fn room_clock() -> Instant {
-    crate::coarse_clock::tokio_instant()
+    crate::sys::coarse_clock::tokio_instant()
 }
 
 #[cfg(test)]

@@ -118,7 +118,7 @@ impl WallTime {
 
     /// Parses RFC 3339 (`2024-05-01T12:00:00.25Z`, `…+02:00`); sub-millisecond digits are dropped.
     pub fn parse(text: &str) -> Option<WallTime> {
-        let (secs, nanos) = crate::walltime::parse_rfc3339(text)?;
+        let (secs, nanos) = crate::sys::walltime::parse_rfc3339(text)?;
         secs.checked_mul(1_000)?
             .checked_add(i64::from(nanos / 1_000_000))
             .map(WallTime)
@@ -128,7 +128,7 @@ impl WallTime {
 impl fmt::Display for WallTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let millis = self.0.rem_euclid(1_000);
-        crate::walltime::write_rfc3339(f, self.0.div_euclid(1_000), millis as u32 * 1_000_000)
+        crate::sys::walltime::write_rfc3339(f, self.0.div_euclid(1_000), millis as u32 * 1_000_000)
     }
 }
 

@@ -16,7 +16,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::line::Key;
 
-pub use crate::shard::SHARD_COUNT;
+pub use crate::sys::shard::SHARD_COUNT;
 
 /// Raw token: 16 random bytes, sent to the client as 32 lowercase hex digits.
 pub type TokenId = [u8; 16];
@@ -168,7 +168,7 @@ impl TokenStore {
     }
 
     pub fn shard_index(token: &TokenId) -> usize {
-        crate::shard::staggered(u32::from_le_bytes([token[0], token[1], token[2], token[3]]))
+        crate::sys::shard::staggered(u32::from_le_bytes([token[0], token[1], token[2], token[3]]))
     }
 
     pub fn lock_for(&self, token: &TokenId) -> MutexGuard<'_, Shard> {

@@ -359,7 +359,7 @@ pub fn new_pass_id() -> Option<PassId> {
 
 /// The wall clock in unix seconds (passes carry wall-clock expiries so they survive restarts).
 pub fn unix_now() -> u64 {
-    crate::coarse_clock::unix_seconds()
+    crate::sys::coarse_clock::unix_seconds()
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use axum::body::Body;
 use http::{Response, StatusCode};
 
 use super::assets::empty_response;
-use super::sema::{Gate, Permit};
+use crate::sys::slots::{Gate, Permit};
 
 /// `Retry-After` seconds when every stream slot is taken.
 pub const STREAM_RETRY_AFTER: u32 = 5;

@@ -17,8 +17,8 @@ use http::{HeaderValue, Response, StatusCode, header};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::config::duration::parse_go_duration;
 use super::pass::{PassId, PassSigner, ValidPass, expiry_at};
+use crate::config::duration::parse_go_duration;
 
 /// The origin's response header that grants a rank (always removed before the client sees it).
 pub const PRIORITY_HEADER: &str = "concert-priority";

@@ -24,20 +24,28 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::assets::AssetRefusal;
-use crate::client::{is_html_client, resolve_client};
-use crate::config::paths::{RouteKind, normalize_request_path};
-use crate::cookies::{read_cookie, read_cookies};
-use crate::pass::{ADMIT_COOKIE, PRIORITY_COOKIE, PassId, PassStatus, unix_now};
-use crate::priority::{GrantAction, LaneDecision, LaneRequest};
+use crate::admission::assets::AssetRefusal;
+use crate::admission::cookies::{read_cookie, read_cookies};
+use crate::admission::pass::{ADMIT_COOKIE, PRIORITY_COOKIE, PassId, PassStatus, unix_now};
+use crate::admission::priority::{GrantAction, LaneDecision, LaneRequest};
+use crate::paths::rules::{RouteKind, normalize_request_path};
+use crate::pipeline::identity::{is_html_client, resolve_client};
 use crate::proxy::{ForwardContext, OriginPriority, SlotHold};
-use crate::rejection::Rejection;
+use crate::respond::Rejection;
 use crate::room::{AdmitResult, Arrival, Decision, PollOutcome, Waiting};
-use crate::server::{ConnInfo, MAX_HEADERS};
+use crate::wire::limits::{MAX_HEADERS, MAX_TARGET_BYTES};
 use crate::{App, Generation};
 
-/// Longest request target (path + query) Concert forwards; longer ones get 414.
-pub const MAX_TARGET_BYTES: usize = 8 * 1024;
+pub mod identity;
+
+/// What the request pipeline knows about the connection a request came on.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnInfo {
+    /// Socket peer, IPv4-mapped addresses unmapped.
+    pub peer: Option<IpAddr>,
+    /// Whether the connection is Concert's own TLS.
+    pub tls: bool,
+}
 
 pub const TICKET_COOKIE: &str = "room_ticket";
 pub const PROBE_COOKIE: &str = "room_probe";
@@ -100,14 +108,14 @@ pub async fn handle(app: Arc<App>, conn: ConnInfo, req: Request<Incoming>) -> Re
     }
     let stage = classify(&generation, info.path());
     let response = match stage {
-        Stage::Ops => crate::ops::handle(&app, &generation, &info, req).await,
+        Stage::Ops => crate::endpoints::ops::handle(&app, &generation, &info, req).await,
         Stage::ConcertFiles => concert_files(&generation, &method, info.path()),
         Stage::QueueStatus => queue_status(&app, &generation, &info, &req),
         Stage::Bypass => forward(&app, &generation, &info, req, None).await,
         Stage::Asset => private_asset(&app, &generation, &info, req).await,
         Stage::AssetPublic => public_asset(&app, &generation, &info, req).await,
         Stage::Stream => stream(&app, &generation, &info, req).await,
-        Stage::Metrics => crate::ops::metrics_endpoint(&app, &method, req.headers()),
+        Stage::Metrics => crate::endpoints::ops::metrics_endpoint(&app, &method, req.headers()),
         Stage::Gated => gated(&app, &generation, &info, req).await,
     };
     if let Some(started) = started

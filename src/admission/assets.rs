@@ -20,7 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::pass::PassId;
-use super::sema::{Gate, Permit};
+use crate::sys::slots::{Gate, Permit};
 
 /// Shards of the per-pass store (shard = first id byte & 63); ids are random, so they spread.
 const SHARDS: usize = 64;

@@ -1,7 +1,7 @@
 //! The send limit for one HTTP/2 stream whose answer the client holds back with flow control.
 //!
 //! Over HTTP/1 a client holds an answer back by leaving the socket unread, and the connection's
-//! blocked write fails once the send limit passes (see [`crate::idle_deadline`]). Over HTTP/2 it
+//! blocked write fails once the send limit passes (see [`crate::server::deadline`]). Over HTTP/2 it
 //! simply never reopens the stream's window: hyper then stops asking the body for more, the
 //! connection keeps moving (pings, other streams), and no write ever blocks. Each stream is its
 //! own task, spawned through the connection's executor, so [`StreamExecutor`] wraps each one in
@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::task::futures::TaskLocalFuture;
 use tokio::time::Instant;
 
-use crate::moving_timer::MovingTimer;
+use crate::sys::moving_timer::MovingTimer;
 
 tokio::task_local! {
     /// The stamp of the HTTP/2 stream whose task is running.

@@ -22,8 +22,8 @@ use subtle::ConstantTimeEq;
 use tower::ServiceExt;
 
 use crate::config::duration::format_go_duration;
-use crate::rejection::Rejection;
-use crate::router::{RequestInfo, json_response};
+use crate::pipeline::{RequestInfo, json_response};
+use crate::respond::Rejection;
 use crate::{App, Generation};
 
 /// The resolved client of an ops request, for strikes.
@@ -186,7 +186,7 @@ pub fn stats_json(app: &App) -> serde_json::Value {
         "priority_lane_in_flight": generation.lane.in_use(),
         "priority_lane_cap": generation.lane.cap(),
         "priority_lane_waiting": generation.lane.waiting(),
-        "priority_lane_ranks": crate::priority::lane_ranks_text(config.priority_lane_rank),
+        "priority_lane_ranks": crate::admission::priority::lane_ranks_text(config.priority_lane_rank),
         "priority_lane_served_total": count(&priority.lane_served),
         "priority_lane_full_total": count(&priority.lane_full),
         "priority_grants_total": count(&priority.grants),
@@ -663,7 +663,7 @@ async fn set_cap(
     if let Err(rejection) = authorize(&app, &headers, client) {
         return rejection.into_response(false);
     }
-    let requested: CapBody = match crate::persist::json_object(&body) {
+    let requested: CapBody = match crate::store::json_object(&body) {
         Ok(parsed) => parsed,
         Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
     };
@@ -811,7 +811,7 @@ async fn abuse_ban(
     if let Some(refused) = abuse_gate(&app, &headers, client) {
         return refused;
     }
-    let request: BanBody = match crate::persist::json_object(&body) {
+    let request: BanBody = match crate::store::json_object(&body) {
         Ok(parsed) => parsed,
         Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
     };

@@ -1,0 +1,8 @@
+//! Who may reach the origin outside the line, and with what: the admission pass, priority
+//! grants and the lane, the asset tier, the stream guard, and the cookies they travel in.
+
+pub mod assets;
+pub mod cookies;
+pub mod pass;
+pub mod priority;
+pub mod streams;

@@ -1,0 +1,423 @@
+//! The assembled state of a running Concert.
+//!
+//! [`App`] is shared by every connection: the current [`Generation`] of settings-derived parts
+//! (swapped whole on a live change) and the long-lived components (room, abuse registry,
+//! counters) that are reconfigured in place.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use arc_swap::ArcSwap;
+
+use crate::abuse;
+use crate::admission::cookies::CookieAttrs;
+use crate::admission::{assets, pass, priority, streams};
+use crate::config::Config;
+use crate::paths::rules::RouteTable;
+use crate::proxy::{self, Proxy, ProxySettings};
+use crate::room::page::WaitingPage;
+use crate::room::{self, Room, RoomSettings};
+use crate::store;
+use crate::sys::workers::WorkerLoad;
+
+/// Everything derived from one immutable settings snapshot. A request binds to one generation for
+/// its whole life; a live change builds a new one and swaps it in atomically.
+pub struct Generation {
+    pub config: Arc<Config>,
+    pub routes: RouteTable,
+    pub proxy: Arc<Proxy>,
+    pub page: Arc<WaitingPage>,
+    pub cookies: CookieAttrs,
+    /// Token lifetime in whole seconds, the `Max-Age` of the room cookies.
+    pub ticket_max_age: u64,
+    /// Asset tier: per-pass pools (replaced when their caps or the pass TTL change) and the
+    /// global pool (shared across generations, resized in place).
+    pub assets: assets::AssetTier,
+    /// Stream slots (shared across generations, resized in place).
+    pub streams: streams::StreamGuard,
+    /// The ranked priority lane (shared across generations, resized in place).
+    pub lane: Arc<priority::Lane>,
+    /// A path list routes `-metrics-path` or its trailing-slash form, so neither answers metrics.
+    pub metrics_path_routed: bool,
+}
+
+/// Why a generation could not be built from a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot read -html page {path}: {source}")]
+    Html {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot build the proxy for -upstream: {0}")]
+    Proxy(String),
+}
+
+impl Generation {
+    /// Builds every settings-derived part. `previous` lets unchanged parts be reused (the proxy
+    /// keeps its pooled upstream connections when its inputs did not change).
+    pub fn build(config: Arc<Config>, previous: Option<&Generation>) -> Result<Self, BuildError> {
+        let routes = RouteTable::build(
+            &config.bypass,
+            &config.assets,
+            &config.asset_public,
+            &config.stream_paths,
+        )
+        .map_err(BuildError::Config)?;
+        let metrics_path_routed = config.metrics_path.as_deref().is_some_and(|path| {
+            routes.classify(path).is_some() || routes.classify(&format!("{path}/")).is_some()
+        });
+        let proxy = match previous {
+            Some(prev) if same_proxy_inputs(&prev.config, &config) => prev.proxy.clone(),
+            _ => Arc::new(
+                Proxy::new(proxy_settings(&config)?)
+                    .map_err(|e| BuildError::Proxy(e.to_string()))?,
+            ),
+        };
+        let page = match previous {
+            Some(prev) if same_page_inputs(&prev.config, &config) => prev.page.clone(),
+            _ => Arc::new(load_page(&config)?),
+        };
+        let cookies = CookieAttrs::new(
+            &config.cookie_path,
+            &config.cookie_domain,
+            config.secure_cookie,
+        );
+        let ticket_max_age = config.effective_token_ttl().as_secs();
+        // Built last: these share pools with `previous` and resize them, so nothing may fail
+        // after this point.
+        let assets =
+            assets::AssetTier::build(asset_settings(&config), previous.map(|prev| &prev.assets));
+        let streams =
+            streams::StreamGuard::build(config.stream_cap, previous.map(|prev| &prev.streams));
+        let lane_cap = config.effective_priority_cap();
+        let lane = match previous {
+            Some(prev) => {
+                if prev.lane.cap() != lane_cap as usize {
+                    prev.lane.resize(lane_cap);
+                }
+                prev.lane.clone()
+            }
+            None => priority::Lane::new(lane_cap),
+        };
+        Ok(Generation {
+            config,
+            routes,
+            proxy,
+            page,
+            cookies,
+            ticket_max_age,
+            assets,
+            streams,
+            lane,
+            metrics_path_routed,
+        })
+    }
+
+    /// The room's view of these settings.
+    pub fn room_settings(&self) -> RoomSettings {
+        room_settings(&self.config)
+    }
+}
+
+fn asset_settings(config: &Config) -> assets::AssetSettings {
+    assets::AssetSettings {
+        user_cap_h1: config.asset_user_cap_h1,
+        user_cap_h2: config.asset_user_cap_h2,
+        user_wait: config.asset_user_wait,
+        global_cap: config.effective_asset_cap(),
+        global_wait: config.asset_wait,
+        admit_ttl: config.admit_ttl,
+        client_proto_header: config.client_proto_header.clone(),
+    }
+}
+
+fn same_proxy_inputs(a: &Config, b: &Config) -> bool {
+    a.upstream == b.upstream
+        && a.preserve_host == b.preserve_host
+        && a.upstream_timeout == b.upstream_timeout
+        && a.upload_min_rate == b.upload_min_rate
+}
+
+fn proxy_settings(config: &Config) -> Result<ProxySettings, BuildError> {
+    let upstream = config
+        .upstream_uri()
+        .map_err(|e| BuildError::Config(format!("invalid -upstream {:?}: {e}", config.upstream)))?;
+    Ok(ProxySettings {
+        upstream,
+        preserve_host: config.preserve_host,
+        upstream_timeout: config.upstream_timeout,
+        upload_min_rate: config.upload_min_rate,
+    })
+}
+
+/// The built-in page tells visitors without JavaScript how often to reload, which follows the
+/// grace and the token lifetime; an operator's page depends on its file alone.
+fn same_page_inputs(a: &Config, b: &Config) -> bool {
+    a.html == b.html
+        && (!a.html.trim().is_empty()
+            || (a.first_poll_grace == b.first_poll_grace
+                && a.ready_grace == b.ready_grace
+                && a.effective_token_ttl() == b.effective_token_ttl()))
+}
+
+fn load_page(config: &Config) -> Result<WaitingPage, BuildError> {
+    let path = config.html.as_str();
+    if path.trim().is_empty() {
+        return Ok(WaitingPage::builtin_for(
+            config.first_poll_grace,
+            config.ready_grace,
+            config.effective_token_ttl(),
+        ));
+    }
+    WaitingPage::from_file(std::path::Path::new(path)).map_err(|source| BuildError::Html {
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// The room's settings derived from a configuration.
+pub fn room_settings(config: &Config) -> RoomSettings {
+    RoomSettings {
+        cap: config.cap,
+        max_queue: config.max_queue,
+        token_ttl: config.effective_token_ttl(),
+        first_poll_grace: config.first_poll_grace,
+        ready_grace: config.ready_grace,
+        reaper: config.effective_reaper(),
+        retry_after_secs: config.effective_retry_after(),
+        pricing: room::Pricing::new(config.rate, config.surge),
+    }
+}
+
+/// Process-wide counters that are not owned by a component.
+#[derive(Default)]
+pub struct Counters {
+    /// Requests Concert refused as malformed before routing.
+    pub bad_requests_total: AtomicU64,
+    /// Requests that reached the origin.
+    pub proxied_total: AtomicU64,
+}
+
+/// The assembled, shared state of a running Concert.
+pub struct App {
+    generation: ArcSwap<Generation>,
+    pub room: Arc<Room>,
+    pub counters: Counters,
+    /// Strikes, bans and range bans (process-wide; reconfigured on live changes).
+    pub abuse: Arc<abuse::Registry>,
+    /// Signs and verifies admission passes and priority grants (secrets fixed for the process).
+    pub pass: pass::PassSigner,
+    /// Priority counters and grant handling.
+    pub priority: priority::Priority,
+    /// Serialises live changes so two of them never interleave build and swap.
+    change_lock: parking_lot::Mutex<()>,
+    /// The configuration before settings.json was applied: what "reset" restores.
+    baseline: Arc<Config>,
+    /// The locked data directory, when persistence is on.
+    pub data_dir: Option<Arc<store::DataDir>>,
+    /// Open client connections per serving worker, once serving has started.
+    connections: std::sync::OnceLock<Arc<WorkerLoad>>,
+    /// The stop as long-lived answers see it: event streams end and WebSockets close when the
+    /// drain starts, instead of holding the stop for its whole grace period.
+    pub drain: proxy::Drain,
+}
+
+/// A refused live change, with the status the API answers.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The change itself is wrong (400); nothing was applied or written.
+    #[error("{0}")]
+    Invalid(String),
+    /// The change is valid but could not be saved (500); nothing was applied.
+    #[error("the change was not applied because it could not be saved: {0}")]
+    Persist(String),
+}
+
+impl App {
+    /// Validates nothing: `config` must already have passed [`Config::validate`].
+    pub fn new(config: Config) -> Result<Arc<App>, BuildError> {
+        let baseline = config.clone();
+        App::with_data_dir(config, baseline, None)
+    }
+
+    /// As [`App::new`], with the pre-file `baseline` and the data directory live changes are
+    /// saved to.
+    pub fn with_data_dir(
+        config: Config,
+        baseline: Config,
+        data_dir: Option<Arc<store::DataDir>>,
+    ) -> Result<Arc<App>, BuildError> {
+        let generation = Generation::build(Arc::new(config), None)?;
+        let room = Room::new(generation.room_settings());
+        let config = &generation.config;
+        // `validate` always fills the secret; an unvalidated config still gets a random one.
+        let secret = config
+            .admit_secret
+            .clone()
+            .unwrap_or_else(|| rand::random::<[u8; 32]>().to_vec());
+        let pass = pass::PassSigner::new(&secret, config.admit_secret_previous.as_deref());
+        let abuse = Arc::new(abuse::Registry::new(abuse::AbuseSettings::from_config(
+            config,
+        )));
+        wire_abuse(&abuse, &room);
+        Ok(Arc::new(App {
+            generation: ArcSwap::from_pointee(generation),
+            room,
+            counters: Counters::default(),
+            abuse,
+            pass,
+            priority: priority::Priority::new(),
+            change_lock: parking_lot::Mutex::new(()),
+            connections: std::sync::OnceLock::new(),
+            drain: proxy::Drain::default(),
+            baseline: Arc::new(baseline),
+            data_dir,
+        }))
+    }
+
+    /// Open client connections per serving worker (empty before serving starts).
+    pub fn open_connections(&self) -> Vec<usize> {
+        self.connections
+            .get()
+            .map(|load| load.counts())
+            .unwrap_or_default()
+    }
+
+    /// The per-worker connection counts for `workers` workers; the first call decides.
+    pub(crate) fn worker_load(&self, workers: usize) -> Arc<WorkerLoad> {
+        self.connections
+            .get_or_init(|| Arc::new(WorkerLoad::new(workers)))
+            .clone()
+    }
+
+    /// The current generation; the caller keeps it for the whole request.
+    pub fn generation(&self) -> Arc<Generation> {
+        self.generation.load_full()
+    }
+
+    /// Applies a live settings change: edit a copy, validate it whole, build a new generation,
+    /// save settings.json (with a data dir), swap it in, then reconfigure the long-lived parts.
+    /// All or nothing: a change that cannot be saved is not applied.
+    pub fn change_settings(
+        &self,
+        edit: impl FnOnce(&mut Config, &Config) -> Result<(), String>,
+    ) -> Result<Arc<Generation>, ChangeError> {
+        self.change_settings_inner(edit, true)
+    }
+
+    /// Sets `changes` (settings-file keys and JSON values, checked one by one) and resets `resets`
+    /// to their pre-file values, as the settings API does. Problems are reported together.
+    pub fn apply_change(
+        &self,
+        changes: &serde_json::Map<String, serde_json::Value>,
+        resets: &[String],
+    ) -> Result<Arc<Generation>, ChangeError> {
+        if changes.is_empty() && resets.is_empty() {
+            return Err(ChangeError::Invalid("nothing to change".into()));
+        }
+        self.change_settings(|config, baseline| {
+            let mut problems = Vec::new();
+            let mut keys: Vec<&String> = changes.keys().collect();
+            keys.sort();
+            for key in keys {
+                if let Err(problem) = config.set_json(key, &changes[key]) {
+                    problems.push(problem);
+                }
+            }
+            for key in resets {
+                if let Err(problem) = config.reset_from(key, baseline) {
+                    problems.push(problem);
+                }
+            }
+            if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(problems.join("; "))
+            }
+        })
+    }
+
+    /// Re-reads settings.json (SIGHUP): the file's values on top of the pre-file baseline. An
+    /// unreadable or invalid file changes nothing and says why.
+    pub fn reload_settings_file(&self) -> Result<Arc<Generation>, ChangeError> {
+        let Some(dir) = self.data_dir.clone() else {
+            return Err(ChangeError::Invalid(
+                "no data dir, so there is no settings.json to reload".into(),
+            ));
+        };
+        self.change_settings_inner(
+            |config, baseline| {
+                let mut fresh = baseline.clone();
+                store::apply_settings_file(&dir, &mut fresh).map_err(|e| e.to_string())?;
+                *config = fresh;
+                Ok(())
+            },
+            false,
+        )
+    }
+
+    fn change_settings_inner(
+        &self,
+        edit: impl FnOnce(&mut Config, &Config) -> Result<(), String>,
+        save: bool,
+    ) -> Result<Arc<Generation>, ChangeError> {
+        let _serial = self.change_lock.lock();
+        let current = self.generation.load_full();
+        let mut next = Config::clone(&current.config);
+        edit(&mut next, &self.baseline).map_err(ChangeError::Invalid)?;
+        next.validate()
+            .map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        let generation = Generation::build(Arc::new(next), Some(&current))
+            .map_err(|e| ChangeError::Invalid(format!("settings are unusable: {e}")))?;
+        if save && let Some(dir) = &self.data_dir {
+            store::save_settings(dir, &generation.config)
+                .map_err(|e| ChangeError::Persist(e.to_string()))?;
+        }
+        let generation = Arc::new(generation);
+        self.generation.store(generation.clone());
+        self.room.reconfigure(generation.room_settings());
+        self.abuse
+            .reconfigure(abuse::AbuseSettings::from_config(&generation.config));
+        Ok(generation)
+    }
+
+    /// Writes bans.json now (admin actions answer only once their ban is on disk).
+    pub fn flush_bans(&self) -> Result<(), store::PersistError> {
+        match &self.data_dir {
+            Some(dir) => store::save_bans(dir, &self.abuse),
+            None => Ok(()),
+        }
+    }
+
+    /// Charges strikes against a client in the abuse registry (a no-op for exempt or unknown
+    /// clients and while abuse handling is off). Enough strikes within the window ban it.
+    pub fn strike(&self, client: Option<std::net::IpAddr>, weight: u32, reason: &'static str) {
+        let Some(ip) = client else { return };
+        let banned = self.abuse.strike(ip, weight);
+        tracing::debug!(client = %ip, weight, reason, banned, "strike");
+    }
+}
+
+/// Connects the registry and the room both ways: a visitor queued without any `room_ticket`
+/// costs a strike (ticket churn), and a ban removes the client's waiting visitors at once. The
+/// room is held weakly so the two do not keep each other alive.
+fn wire_abuse(abuse: &Arc<abuse::Registry>, room: &Arc<Room>) {
+    let line = Arc::downgrade(room);
+    abuse.set_line_remover(Arc::new(
+        move |banned: &dyn Fn(std::net::IpAddr) -> bool| {
+            line.upgrade().map_or(0, |room| room.remove_clients(banned))
+        },
+    ));
+    let registry = Arc::downgrade(abuse);
+    room.set_queue_hook(Arc::new(move |event: &room::QueueEvent| {
+        if event.stale_ticket {
+            return;
+        }
+        if let (Some(client), Some(registry)) = (event.client, registry.upgrade()) {
+            registry.strike(client, abuse::CHURN_STRIKE);
+        }
+    }));
+}

@@ -1,0 +1,235 @@
+//! One client connection: hyper's HTTP/1.1 and h2c server wrapped in the smuggling guard and the
+//! connection's deadlines, each request handed to the pipeline with panics turned into a 500.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
+use std::time::Duration;
+
+use axum::body::Body;
+use futures_util::FutureExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpStream;
+
+use super::activity::{ConnLimits, ConnectionActivity, CountedBody};
+use super::deadline::IdleDeadline;
+use super::send_limit::StreamExecutor;
+use crate::App;
+use crate::pipeline::ConnInfo;
+use crate::sys::workers::OpenConnection;
+use crate::wire::limits::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES};
+use crate::wire::smuggling::{FramingGuard, FramingWatch, Refusal};
+
+/// `send_limit`: how long an HTTP/2 stream's answer may wait on the client's flow control before
+/// the stream is reset.
+pub(super) fn connection_builder(send_limit: Duration) -> auto::Builder<StreamExecutor> {
+    let mut builder = auto::Builder::new(StreamExecutor { send_limit });
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        // Kept by the connection's IdleDeadline instead: hyper's timer is a new boxed sleep
+        // registered and removed for every request.
+        .header_read_timeout(None)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256)
+        .max_header_list_size(MAX_HEAD_BYTES as u32)
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
+}
+
+/// Serves one connection until it ends; `stop_signal` turning true (the worker stopping) asks
+/// it to finish what is in flight and close.
+pub(super) fn serve_connection(
+    builder: &Arc<auto::Builder<StreamExecutor>>,
+    mut stop_signal: tokio::sync::watch::Receiver<bool>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Arc<App>,
+    held: OpenConnection,
+) -> impl Future<Output = ()> + Send + 'static {
+    let _ = stream.set_nodelay(true);
+    let conn = ConnInfo {
+        peer: Some(crate::pipeline::identity::unmap(peer.ip())),
+        tls: false,
+    };
+    let watch = Arc::new(FramingWatch::default());
+    let activity = Arc::new(ConnectionActivity::default());
+    let idle = activity.clone();
+    let (limits, crowded) = {
+        let config = &app.generation().config;
+        let limits = ConnLimits {
+            head: HEADER_READ_TIMEOUT,
+            idle: config.keep_alive_idle,
+            send: config.client_send_timeout,
+        };
+        (limits, held.crowding(config.keep_alive_crowd))
+    };
+    let stream = IdleDeadline::new(stream, activity.clone(), limits, crowded);
+    let io = TokioIo::new(FramingGuard::new(stream, watch.clone()));
+    let service = service_fn(move |req: hyper::Request<Incoming>| {
+        let app = app.clone();
+        let watch = watch.clone();
+        let refusal = watch.next_refusal();
+        // Held by the request's future, then by its response body: open until either ends,
+        // and the connection's idle deadline does not run meanwhile.
+        let exchange = if req.version() == http::Version::HTTP_2 {
+            activity.stream_opened()
+        } else {
+            activity.exchange_opened()
+        };
+        async move {
+            let response = match refusal {
+                Some(refusal) => refused_framing(&app, &req, refusal),
+                None => {
+                    let connect = req.method() == http::Method::CONNECT;
+                    let response = handle_recovering(app, conn, req).await;
+                    // Before hyper writes it: the guard may stop once the connection leaves
+                    // HTTP/1, and a tunnel has no idle deadline.
+                    if watch.record_answer(connect, response.status()) {
+                        exchange.tunnel_opened();
+                    }
+                    response
+                }
+            };
+            Ok::<_, Infallible>(response.map(|body| Body::new(CountedBody::new(body, exchange))))
+        }
+    });
+    let builder = builder.clone();
+    let connection = builder
+        .serve_connection_with_upgrades(io, service)
+        .into_owned();
+    // Only read, to learn whether the signal moved (one atomic load).
+    let stop_version = stop_signal.clone();
+    async move {
+        let mut connection = std::pin::pin!(connection);
+        let mut stop = std::pin::pin!(stop_signal.wait_for(|stopping| *stopping));
+        // Polling the stop future locks the channel's waiter list, which every connection of
+        // every worker shares, and the connection is polled several times per request. Once
+        // polled, the task's waker stays registered until the signal moves, so it is polled
+        // again only when it has.
+        let mut stop_registered = false;
+        // Once asked (the worker stopping, or an idle HTTP/2 connection), hyper finishes what
+        // is in flight and closes: HTTP/1 after the current exchange, HTTP/2 with GOAWAY.
+        let mut close_asked = false;
+        let ended = std::future::poll_fn(|cx| {
+            loop {
+                if let Poll::Ready(ended) = connection.as_mut().poll(cx) {
+                    return Poll::Ready(ended);
+                }
+                if close_asked {
+                    return Poll::Pending;
+                }
+                // The idle deadline asks from inside the reads just polled: no wake-up needed.
+                // A stop signal whose sender is gone counts as a stop.
+                let mut stopping = idle.close_requested();
+                if !stopping && (!stop_registered || stop_version.has_changed().unwrap_or(true)) {
+                    stop_registered = true;
+                    stopping = stop.as_mut().poll(cx).is_ready();
+                }
+                if !stopping {
+                    return Poll::Pending;
+                }
+                connection.as_mut().graceful_shutdown();
+                close_asked = true;
+            }
+        })
+        .await;
+        if let Err(e) = ended {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
+        drop(held);
+    }
+}
+
+/// The answer to a request whose head carried both `Content-Length` and `Transfer-Encoding`,
+/// or that came after framing the guard could not follow: it never reaches the origin, and the
+/// connection closes after the answer (the answer says `Connection: close`), so nothing the
+/// client sent after it is read as a request.
+fn refused_framing(
+    app: &App,
+    req: &hyper::Request<Incoming>,
+    refusal: Refusal,
+) -> http::Response<Body> {
+    app.counters
+        .bad_requests_total
+        .fetch_add(1, Ordering::Relaxed);
+    crate::respond::Rejection::BadRequest(refusal.reason().to_string())
+        .into_response(crate::pipeline::identity::is_html_client(req.headers()))
+}
+
+/// Runs the pipeline; a panic becomes an empty 500 and one log line, never a dead connection task
+/// with a header dump.
+fn handle_recovering(
+    app: Arc<App>,
+    conn: ConnInfo,
+    req: hyper::Request<Incoming>,
+) -> impl Future<Output = http::Response<Body>> + Send {
+    // A reference-count bump; the path is only formatted if the pipeline panics.
+    let uri = req.uri().clone();
+    recovering(uri, crate::pipeline::handle(app, conn, req))
+}
+
+/// `pipeline`, with a panic turned into an empty 500. A plain function rather than an async
+/// one: an async wrapper would hold a second copy of the request and move the whole pipeline
+/// future once more for every request.
+fn recovering(
+    uri: http::Uri,
+    pipeline: impl Future<Output = http::Response<Body>> + Send,
+) -> impl Future<Output = http::Response<Body>> + Send {
+    AssertUnwindSafe(pipeline)
+        .catch_unwind()
+        .map(move |outcome| match outcome {
+            Ok(response) => response,
+            Err(_) => {
+                let path: String = uri.path().chars().take(256).collect();
+                tracing::error!("request panic on {path}");
+                let mut response = http::Response::new(Body::empty());
+                *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                response
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_pipeline_answers_an_empty_500_and_others_pass_through() {
+        let uri: http::Uri = "/checkout?step=2".parse().unwrap();
+        let answered = recovering(uri.clone(), async {
+            let mut response = http::Response::new(Body::from("fine"));
+            *response.status_mut() = http::StatusCode::ACCEPTED;
+            response
+        })
+        .await;
+        assert_eq!(answered.status(), http::StatusCode::ACCEPTED);
+
+        let step = std::hint::black_box(2);
+        let panicked = recovering(uri, async move {
+            if step == 2 {
+                panic!("the pipeline broke");
+            }
+            http::Response::new(Body::empty())
+        })
+        .await;
+        assert_eq!(panicked.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
+        let body = http_body_util::BodyExt::collect(panicked.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert!(body.is_empty());
+    }
+}

@@ -1,0 +1,14 @@
+//! Plumbing below the product: clocks, timers, slots, shards, the allocator, logging, systemd
+//! and the serving workers' turns on a shared core.
+
+pub mod allocator;
+pub mod coarse_clock;
+pub mod core_turns;
+pub(crate) mod io_wrap;
+pub mod logging;
+pub(crate) mod moving_timer;
+pub(crate) mod shard;
+pub mod slots;
+pub mod systemd;
+pub mod walltime;
+pub(crate) mod workers;

@@ -1,0 +1,6 @@
+//! HTTP as it crosses the wire, below both the server and the proxy: limits, length and chunk
+//! parsers, and the HTTP/1 smuggling guard.
+
+pub(crate) mod codec;
+pub mod limits;
+pub(crate) mod smuggling;
