@@ -13,7 +13,7 @@ use crate::abuse;
 use crate::admission::cookies::CookieAttrs;
 use crate::admission::{assets, pass, priority, streams};
 use crate::config::Config;
-use crate::paths::rules::RouteTable;
+use crate::paths::matchers::RouteTable;
 use crate::proxy::{self, Proxy, ProxySettings};
 use crate::room::page::WaitingPage;
 use crate::room::{self, Room, RoomSettings};

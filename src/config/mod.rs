@@ -17,10 +17,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-pub use crate::paths::rules::{
-    BanPathMatcher, PathList, PathRejection, PathRule, RouteKind, RouteTable,
-    normalize_request_path,
-};
+pub use crate::paths::matchers::{BanPathMatcher, RouteKind, RouteTable};
+pub use crate::paths::normalize::{PathRejection, normalize_request_path};
+pub use crate::paths::rules::{PathList, PathRule};
 pub use cidr::CidrList;
 pub use duration::{format_go_duration, parse_go_duration};
 pub use hosts::HostList;
