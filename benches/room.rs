@@ -103,7 +103,7 @@ fn queue_status_answer(c: &mut Criterion) {
     c.bench_function("queue_status/poll_and_json_100k", |b| {
         b.iter(|| {
             let outcome = room.poll(Some(&probe));
-            black_box(concert::pipeline::status_body(&outcome))
+            black_box(concert::endpoints::queue_status::status_body(&outcome))
         })
     });
     // Arrive and leave again, so the line stays at 100,000 however long criterion runs.

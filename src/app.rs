@@ -14,7 +14,7 @@ use crate::admission::cookies::CookieAttrs;
 use crate::admission::{assets, pass, priority, streams};
 use crate::config::Config;
 use crate::paths::matchers::RouteTable;
-use crate::proxy::{self, Proxy, ProxySettings};
+use crate::proxy::{self, FailureCounts, Proxy, ProxySettings};
 use crate::room::page::WaitingPage;
 use crate::room::{self, Room, RoomSettings};
 use crate::store;
@@ -58,7 +58,11 @@ pub enum BuildError {
 impl Generation {
     /// Builds every settings-derived part. `previous` lets unchanged parts be reused (the proxy
     /// keeps its pooled upstream connections when its inputs did not change).
-    pub fn build(config: Arc<Config>, previous: Option<&Generation>) -> Result<Self, BuildError> {
+    pub fn build(
+        config: Arc<Config>,
+        previous: Option<&Generation>,
+        failures: &Arc<FailureCounts>,
+    ) -> Result<Self, BuildError> {
         let routes = RouteTable::build(
             &config.bypass,
             &config.assets,
@@ -72,7 +76,7 @@ impl Generation {
         let proxy = match previous {
             Some(prev) if same_proxy_inputs(&prev.config, &config) => prev.proxy.clone(),
             _ => Arc::new(
-                Proxy::new(proxy_settings(&config)?)
+                Proxy::new(proxy_settings(&config, failures)?)
                     .map_err(|e| BuildError::Proxy(e.to_string()))?,
             ),
         };
@@ -141,7 +145,10 @@ fn same_proxy_inputs(a: &Config, b: &Config) -> bool {
         && a.upload_min_rate == b.upload_min_rate
 }
 
-fn proxy_settings(config: &Config) -> Result<ProxySettings, BuildError> {
+fn proxy_settings(
+    config: &Config,
+    failures: &Arc<FailureCounts>,
+) -> Result<ProxySettings, BuildError> {
     let upstream = config
         .upstream_uri()
         .map_err(|e| BuildError::Config(format!("invalid -upstream {:?}: {e}", config.upstream)))?;
@@ -150,6 +157,7 @@ fn proxy_settings(config: &Config) -> Result<ProxySettings, BuildError> {
         preserve_host: config.preserve_host,
         upstream_timeout: config.upstream_timeout,
         upload_min_rate: config.upload_min_rate,
+        failures: Arc::clone(failures),
     })
 }
 
@@ -206,6 +214,8 @@ pub struct App {
     generation: ArcSwap<Generation>,
     pub room: Arc<Room>,
     pub counters: Counters,
+    /// Failed exchanges with the origin, by whose fault (every proxy generation counts here).
+    pub upstream_failures: Arc<FailureCounts>,
     /// Strikes, bans and range bans (process-wide; reconfigured on live changes).
     pub abuse: Arc<abuse::Registry>,
     /// Signs and verifies admission passes and priority grants (secrets fixed for the process).
@@ -250,7 +260,8 @@ impl App {
         baseline: Config,
         data_dir: Option<Arc<store::DataDir>>,
     ) -> Result<Arc<App>, BuildError> {
-        let generation = Generation::build(Arc::new(config), None)?;
+        let upstream_failures = Arc::new(FailureCounts::default());
+        let generation = Generation::build(Arc::new(config), None, &upstream_failures)?;
         let room = Room::new(generation.room_settings());
         let config = &generation.config;
         // `validate` always fills the secret; an unvalidated config still gets a random one.
@@ -267,6 +278,7 @@ impl App {
             generation: ArcSwap::from_pointee(generation),
             room,
             counters: Counters::default(),
+            upstream_failures,
             abuse,
             pass,
             priority: priority::Priority::new(),
@@ -370,7 +382,7 @@ impl App {
         edit(&mut next, &self.baseline).map_err(ChangeError::Invalid)?;
         next.validate()
             .map_err(|e| ChangeError::Invalid(e.to_string()))?;
-        let generation = Generation::build(Arc::new(next), Some(&current))
+        let generation = Generation::build(Arc::new(next), Some(&current), &self.upstream_failures)
             .map_err(|e| ChangeError::Invalid(format!("settings are unusable: {e}")))?;
         if save && let Some(dir) = &self.data_dir {
             store::save_settings(dir, &generation.config)
@@ -394,10 +406,11 @@ impl App {
 
     /// Charges strikes against a client in the abuse registry (a no-op for exempt or unknown
     /// clients and while abuse handling is off). Enough strikes within the window ban it.
-    pub fn strike(&self, client: Option<std::net::IpAddr>, weight: u32, reason: &'static str) {
+    pub fn strike(&self, client: Option<std::net::IpAddr>, offense: abuse::Offense) {
         let Some(ip) = client else { return };
+        let weight = offense.weight();
         let banned = self.abuse.strike(ip, weight);
-        tracing::debug!(client = %ip, weight, reason, banned, "strike");
+        tracing::debug!(client = %ip, weight, reason = offense.reason(), banned, "strike");
     }
 }
 
@@ -417,7 +430,7 @@ fn wire_abuse(abuse: &Arc<abuse::Registry>, room: &Arc<Room>) {
             return;
         }
         if let (Some(client), Some(registry)) = (event.client, registry.upgrade()) {
-            registry.strike(client, abuse::CHURN_STRIKE);
+            registry.strike(client, abuse::Offense::TicketChurn.weight());
         }
     }));
 }

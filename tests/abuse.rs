@@ -133,7 +133,7 @@ async fn a_ban_path_bans_on_first_hit_and_everything_is_then_blocked() {
 /// Stats read through a trusted-looking path would be blocked for a banned loopback, so read
 /// them in-process.
 async fn stats_as_admin_sees(concert: &concert::Running) -> Value {
-    concert::endpoints::ops::stats_json(&concert.app)
+    concert::endpoints::figures::stats_json(&concert.app)
 }
 
 #[tokio::test]

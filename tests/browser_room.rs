@@ -25,7 +25,7 @@ async fn page_shows_the_origin(
         panic!(
             "not let in: {e}; origin paths {:?}; stats {}",
             origin.paths(),
-            concert::endpoints::ops::stats_json(&concert.app)
+            concert::endpoints::figures::stats_json(&concert.app)
         )
     });
 }

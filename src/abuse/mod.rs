@@ -10,7 +10,6 @@
 //! Time is wall-clock unix nanoseconds throughout, because bans outlive the process; a [`Clock`]
 //! is injected so tests control it.
 
-pub mod answer;
 pub mod clock;
 mod key;
 pub mod ranges;
@@ -24,19 +23,44 @@ use std::time::Duration;
 
 use crate::config::{BanPathMatcher, CidrList, Config, PathList};
 
-pub use answer::BanAnswer;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use key::Key;
 pub use ranges::{BanTarget, MAX_RANGE_BANS};
 pub use record::{BanRecord, BanSnapshot, ImportReport, WallTime};
 pub use registry::{AbuseStats, BanOutcome, BanView, LineRemover, Registry, V6_KEYS_PER_48};
 
-/// Strike weights (the spec's strike table).
-pub const FORGED_PASS_STRIKE: u32 = 5;
-pub const ADMIN_TOKEN_STRIKE: u32 = 5;
-pub const ASSET_THROTTLE_STRIKE: u32 = 1;
-/// A visitor queued without any `room_ticket` cookie: ticket churn.
-pub const CHURN_STRIKE: u32 = 1;
+/// What a client is struck for, and how much each weighs: guessing at secrets weighs most, a
+/// nuisance a real browser may also cause weighs least.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offense {
+    /// An admission pass whose signature does not check out.
+    ForgedPass,
+    /// An admin route with a missing or wrong token.
+    WrongAdminToken,
+    /// The pass's own asset pool stayed full.
+    AssetPoolExhausted,
+    /// A visitor queued without any `room_ticket` cookie: ticket churn.
+    TicketChurn,
+}
+
+impl Offense {
+    pub const fn weight(self) -> u32 {
+        match self {
+            Offense::ForgedPass | Offense::WrongAdminToken => 5,
+            Offense::AssetPoolExhausted | Offense::TicketChurn => 1,
+        }
+    }
+
+    /// For the debug log line of a strike.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            Offense::ForgedPass => "forged admission pass",
+            Offense::WrongAdminToken => "wrong admin token",
+            Offense::AssetPoolExhausted => "per-pass asset pool exhausted",
+            Offense::TicketChurn => "queued without a ticket",
+        }
+    }
+}
 
 /// `banned_until` of a permanent ban.
 pub const FOREVER: i64 = i64::MAX;

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::body::Body;
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Version};
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::pass::PassId;
+use crate::respond::Rejection;
 use crate::sys::slots::{Gate, Permit};
 
 /// Shards of the per-pass store (shard = first id byte & 63); ids are random, so they spread.
@@ -91,56 +91,6 @@ pub struct AssetStats {
     pub denied_total: u64,
     pub user_throttled_total: u64,
     pub global_throttled_total: u64,
-}
-
-/// Why an asset request was refused after its pass checked out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AssetRefusal {
-    /// The pass was not valid: 403, empty.
-    NoPass,
-    /// The pass's own pool stayed full for `-asset-user-wait`: 429, `Retry-After: 1`, strike 1.
-    UserPoolFull,
-    /// The global pool stayed full for `-asset-wait`: 503, `Retry-After: 1`.
-    GlobalPoolFull,
-}
-
-impl AssetRefusal {
-    /// Strikes charged for this refusal.
-    pub fn strike_weight(self) -> u32 {
-        match self {
-            AssetRefusal::UserPoolFull => 1,
-            AssetRefusal::NoPass | AssetRefusal::GlobalPoolFull => 0,
-        }
-    }
-
-    pub fn status(self) -> StatusCode {
-        match self {
-            AssetRefusal::NoPass => StatusCode::FORBIDDEN,
-            AssetRefusal::UserPoolFull => StatusCode::TOO_MANY_REQUESTS,
-            AssetRefusal::GlobalPoolFull => StatusCode::SERVICE_UNAVAILABLE,
-        }
-    }
-
-    /// The empty-bodied answer.
-    pub fn into_response(self) -> Response<Body> {
-        let retry_after = match self {
-            AssetRefusal::NoPass => None,
-            AssetRefusal::UserPoolFull | AssetRefusal::GlobalPoolFull => Some(1),
-        };
-        empty_response(self.status(), retry_after)
-    }
-}
-
-/// An empty response with `Cache-Control: no-store` and an optional `Retry-After`.
-pub fn empty_response(status: StatusCode, retry_after: Option<u32>) -> Response<Body> {
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Some(seconds) = retry_after {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-    }
-    response
 }
 
 /// The slots an admitted asset request holds until its response is delivered. Fields drop in
@@ -311,18 +261,14 @@ impl AssetTier {
     }
 
     /// Counts a request refused for want of a valid pass.
-    pub fn deny(&self) -> AssetRefusal {
+    pub fn deny(&self) -> Rejection {
         self.counters.denied.fetch_add(1, Ordering::Relaxed);
-        AssetRefusal::NoPass
+        Rejection::NoPass
     }
 
     /// Admits a private asset request of pass `id`: its own pool, then the global pool. If the
     /// client goes away while waiting, the future is dropped and nothing is counted.
-    pub async fn admit_private(
-        &self,
-        id: &PassId,
-        family: Family,
-    ) -> Result<AssetHold, AssetRefusal> {
+    pub async fn admit_private(&self, id: &PassId, family: Family) -> Result<AssetHold, Rejection> {
         let pool = self.pools.pool(id, family);
         let user = match pool.clone().try_acquire_owned() {
             Ok(permit) => Some(permit),
@@ -334,20 +280,20 @@ impl AssetTier {
         };
         let Some(user) = user else {
             self.counters.user_throttled.fetch_add(1, Ordering::Relaxed);
-            return Err(AssetRefusal::UserPoolFull);
+            return Err(Rejection::AssetUserPoolFull);
         };
         self.admit_global(Some(user)).await
     }
 
     /// Admits a public asset request: the global pool only.
-    pub async fn admit_public(&self) -> Result<AssetHold, AssetRefusal> {
+    pub async fn admit_public(&self) -> Result<AssetHold, Rejection> {
         self.admit_global(None).await
     }
 
     async fn admit_global(
         &self,
         user: Option<OwnedSemaphorePermit>,
-    ) -> Result<AssetHold, AssetRefusal> {
+    ) -> Result<AssetHold, Rejection> {
         let global = match self.global.try_acquire() {
             Some(permit) => Some(permit),
             None if self.settings.global_wait.is_zero() => None,
@@ -359,7 +305,7 @@ impl AssetTier {
             self.counters
                 .global_throttled
                 .fetch_add(1, Ordering::Relaxed);
-            return Err(AssetRefusal::GlobalPoolFull);
+            return Err(Rejection::AssetPoolFull);
         };
         self.counters.served.fetch_add(1, Ordering::Relaxed);
         Ok(AssetHold {
@@ -507,13 +453,13 @@ mod tests {
         let tier = AssetTier::build(settings(), None);
         let first = tier.admit_private(&id(1), Family::H1).await.unwrap();
         let second = tier.admit_private(&id(1), Family::H1).await;
-        assert_eq!(second.unwrap_err(), AssetRefusal::UserPoolFull);
+        assert_eq!(second.unwrap_err(), Rejection::AssetUserPoolFull);
         let other = tier.admit_private(&id(2), Family::H1).await.unwrap();
         let h2a = tier.admit_private(&id(1), Family::H2).await.unwrap();
         let h2b = tier.admit_private(&id(1), Family::H2).await.unwrap();
         assert_eq!(
             tier.admit_private(&id(1), Family::H2).await.unwrap_err(),
-            AssetRefusal::UserPoolFull
+            Rejection::AssetUserPoolFull
         );
         let stats = tier.stats();
         assert_eq!(stats.in_flight, 4);
@@ -549,11 +495,11 @@ mod tests {
         let held = tier.admit_private(&id(1), Family::H1).await.unwrap();
         assert_eq!(
             tier.admit_private(&id(2), Family::H1).await.unwrap_err(),
-            AssetRefusal::GlobalPoolFull
+            Rejection::AssetPoolFull
         );
         assert_eq!(
             tier.admit_public().await.unwrap_err(),
-            AssetRefusal::GlobalPoolFull
+            Rejection::AssetPoolFull
         );
         assert_eq!(tier.stats().global_throttled_total, 2);
         // The refused private request gave its per-pass slot back.
@@ -598,25 +544,11 @@ mod tests {
         assert_eq!(smaller.stats().in_flight, 1);
         assert_eq!(
             smaller.admit_public().await.unwrap_err(),
-            AssetRefusal::GlobalPoolFull
+            Rejection::AssetPoolFull
         );
         drop(held);
         let one = smaller.admit_public().await.unwrap();
         assert!(smaller.admit_public().await.is_err());
         drop(one);
-    }
-
-    #[test]
-    fn refusals_answer_empty_with_their_codes() {
-        let r = AssetRefusal::UserPoolFull.into_response();
-        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
-        assert_eq!(AssetRefusal::UserPoolFull.strike_weight(), 1);
-        let r = AssetRefusal::GlobalPoolFull.into_response();
-        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(AssetRefusal::GlobalPoolFull.strike_weight(), 0);
-        let r = AssetRefusal::NoPass.into_response();
-        assert_eq!(r.status(), StatusCode::FORBIDDEN);
-        assert!(r.headers().get(header::RETRY_AFTER).is_none());
     }
 }

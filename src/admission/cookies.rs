@@ -4,7 +4,24 @@
 //! configuration, so the attribute tail is rendered once per generation, not per response.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, header::COOKIE};
+use http::header::{COOKIE, SET_COOKIE};
+use http::{HeaderMap, HeaderValue};
+
+/// The waiting-room ticket: the visitor's place in line (HttpOnly).
+pub const TICKET: &str = "room_ticket";
+/// Set beside the ticket, readable by the waiting page, so its script can tell that cookies
+/// work.
+pub const PROBE: &str = "room_probe";
+/// A VIP pass into the room.
+pub const ROOM_PASS: &str = "room_pass";
+/// The admission pass of an admitted visitor.
+pub const ADMIT: &str = "concert_admit";
+/// A priority grant from the origin, bound to the admission pass.
+pub const PRIORITY: &str = "concert_priority";
+/// The fast lane's session.
+pub const FASTLANE: &str = "concert_fastlane";
+/// Concert's own cookies: they are never passed on to the origin.
+pub const PRIVATE: [&str; 6] = [TICKET, ROOM_PASS, PROBE, ADMIT, PRIORITY, FASTLANE];
 
 /// Value of the first cookie called `name` across all `Cookie` headers, borrowed from the request.
 ///
@@ -159,6 +176,25 @@ impl CookieAttrs {
     /// A header that deletes cookie `name` (empty value, `Max-Age=0`).
     pub fn clear(&self, name: &str, force_secure: bool) -> HeaderValue {
         self.set(name, "", 0, true, force_secure)
+    }
+
+    /// Appends a waiting visitor's cookies: the ticket `token` (HttpOnly) and the probe the
+    /// waiting page reads, both for `max_age_secs`.
+    pub fn append_room_cookies(
+        &self,
+        headers: &mut HeaderMap,
+        token: &str,
+        max_age_secs: u64,
+        force_secure: bool,
+    ) {
+        headers.append(
+            SET_COOKIE,
+            self.set(TICKET, token, max_age_secs, true, force_secure),
+        );
+        headers.append(
+            SET_COOKIE,
+            self.set(PROBE, "1", max_age_secs, false, force_secure),
+        );
     }
 }
 

@@ -20,11 +20,6 @@ use rand::{RngCore as _, SeedableRng as _};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-/// Name of the admission pass cookie.
-pub const ADMIT_COOKIE: &str = "concert_admit";
-/// Name of the priority grant cookie.
-pub const PRIORITY_COOKIE: &str = "concert_priority";
-
 /// Raw pass length.
 pub const PASS_BYTES: usize = 44;
 /// Encoded pass length: only a value this long can decode to [`PASS_BYTES`].

@@ -12,16 +12,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::body::Body;
-use http::{HeaderValue, Response, StatusCode, header};
+use http::HeaderValue;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use super::pass::{PassId, PassSigner, ValidPass, expiry_at};
 use crate::config::duration::parse_go_duration;
+use crate::respond::Rejection;
 
-/// The origin's response header that grants a rank (always removed before the client sees it).
-pub const PRIORITY_HEADER: &str = "concert-priority";
 /// `-priority-lane-rank` value meaning "no rank uses the lane".
 pub const LANE_RANK_OFF: u32 = 7;
 /// Distinct rejected header values that are logged; later ones are only counted.
@@ -345,47 +343,7 @@ pub enum LaneDecision {
     /// Go through the waiting room as usual.
     Room,
     /// A form below the lane rank found no lane slot: refuse rather than queue it.
-    Refused(BusyRefusal),
-}
-
-/// The answer to a form that could not be sent: 503 + `Retry-After`, never forwarded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BusyRefusal {
-    pub retry_after: u32,
-}
-
-impl BusyRefusal {
-    pub fn into_response(self, html: bool) -> Response<Body> {
-        let retry_after = self.retry_after;
-        let (content_type, body) = if html {
-            ("text/html; charset=utf-8", busy_page(retry_after))
-        } else {
-            (
-                "application/json; charset=utf-8",
-                format!(
-                    "{{\"error\":\"busy\",\"submitted\":false,\"retry_after_seconds\":{retry_after}}}"
-                ),
-            )
-        };
-        let mut response = Response::new(Body::from(body));
-        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
-        response
-    }
-}
-
-fn busy_page(retry_after: u32) -> String {
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<title>Your form was not sent</title><link rel=\"stylesheet\" href=\"/_concert/waiting.css\"></head>\
-<body><main class=\"card\"><h1>Your form was not sent</h1>\
-<p>The site is very busy right now, so your submission was not delivered and nothing was \
-processed. Go back and send it again in about {retry_after} seconds.</p></main></body></html>"
-    )
+    Refused(Rejection),
 }
 
 /// What to do with the visitor's grant cookie after the origin answered.
@@ -449,7 +407,7 @@ impl Priority {
         self.counters.lane_full.fetch_add(1, Ordering::Relaxed);
         if request.form && !ranked {
             self.counters.forms_refused.fetch_add(1, Ordering::Relaxed);
-            return LaneDecision::Refused(BusyRefusal {
+            return LaneDecision::Refused(Rejection::LaneFull {
                 retry_after: request.retry_after,
             });
         }
@@ -721,18 +679,5 @@ mod tests {
         assert_eq!(counters.lane_full.load(Ordering::Relaxed), 2);
         assert_eq!(counters.forms.load(Ordering::Relaxed), 2);
         assert_eq!(counters.forms_refused.load(Ordering::Relaxed), 1);
-    }
-
-    #[test]
-    fn busy_refusal_bodies() {
-        let response = BusyRefusal { retry_after: 5 }.into_response(false);
-        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
-        assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
-        let html = BusyRefusal { retry_after: 5 }.into_response(true);
-        assert_eq!(
-            html.headers()[header::CONTENT_TYPE],
-            "text/html; charset=utf-8"
-        );
     }
 }

@@ -6,14 +6,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::body::Body;
-use http::{Response, StatusCode};
-
-use super::assets::empty_response;
+use crate::respond::Rejection;
 use crate::sys::slots::{Gate, Permit};
-
-/// `Retry-After` seconds when every stream slot is taken.
-pub const STREAM_RETRY_AFTER: u32 = 5;
 
 /// Process-wide stream counters.
 #[derive(Debug, Default)]
@@ -31,26 +25,6 @@ pub struct StreamStats {
     pub served_total: u64,
     pub denied_total: u64,
     pub throttled_total: u64,
-}
-
-/// Why a stream request was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamRefusal {
-    /// No valid pass: 403, empty.
-    NoPass,
-    /// Every stream slot is taken: 503, `Retry-After: 5`, empty.
-    Full,
-}
-
-impl StreamRefusal {
-    pub fn into_response(self) -> Response<Body> {
-        match self {
-            StreamRefusal::NoPass => empty_response(StatusCode::FORBIDDEN, None),
-            StreamRefusal::Full => {
-                empty_response(StatusCode::SERVICE_UNAVAILABLE, Some(STREAM_RETRY_AFTER))
-            }
-        }
-    }
 }
 
 /// The stream semaphore of one generation: shared with the previous generation and resized in
@@ -81,13 +55,13 @@ impl StreamGuard {
     }
 
     /// Counts a request refused for want of a valid pass.
-    pub fn deny(&self) -> StreamRefusal {
+    pub fn deny(&self) -> Rejection {
         self.counters.denied.fetch_add(1, Ordering::Relaxed);
-        StreamRefusal::NoPass
+        Rejection::NoPass
     }
 
     /// Takes a stream slot if one is free now; never waits.
-    pub fn enter(&self) -> Result<Permit, StreamRefusal> {
+    pub fn enter(&self) -> Result<Permit, Rejection> {
         match self.gate.try_acquire() {
             Some(permit) => {
                 self.counters.served.fetch_add(1, Ordering::Relaxed);
@@ -95,7 +69,7 @@ impl StreamGuard {
             }
             None => {
                 self.counters.throttled.fetch_add(1, Ordering::Relaxed);
-                Err(StreamRefusal::Full)
+                Err(Rejection::StreamsFull)
             }
         }
     }
@@ -115,14 +89,13 @@ impl StreamGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header;
 
     #[test]
     fn slots_are_tried_without_waiting_and_counted() {
         let guard = StreamGuard::build(1, None);
         let held = guard.enter().unwrap();
-        assert_eq!(guard.enter().unwrap_err(), StreamRefusal::Full);
-        assert_eq!(guard.deny(), StreamRefusal::NoPass);
+        assert_eq!(guard.enter().unwrap_err(), Rejection::StreamsFull);
+        assert_eq!(guard.deny(), Rejection::NoPass);
         assert_eq!(
             guard.stats(),
             StreamStats {
@@ -149,14 +122,5 @@ mod tests {
         assert!(next.enter().is_err());
         drop(one);
         assert_eq!(next.stats().served_total, 4);
-    }
-
-    #[test]
-    fn refusals_have_the_specified_shape() {
-        let full = StreamRefusal::Full.into_response();
-        assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(full.headers()[header::RETRY_AFTER], "5");
-        let denied = StreamRefusal::NoPass.into_response();
-        assert_eq!(denied.status(), StatusCode::FORBIDDEN);
     }
 }

@@ -1,4 +1,9 @@
-//! What Concert answers itself: the operator routes under `/_room/`, the metrics, the waiting
-//! page's poll and its files.
+//! What Concert answers itself: the operator routes under `/_room/` and the admin API, the
+//! figures behind the stats and the metrics, the waiting page's poll and its files.
 
+mod admin;
+pub mod concert_files;
+pub mod figures;
+pub mod metrics;
 pub mod ops;
+pub mod queue_status;

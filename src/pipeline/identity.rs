@@ -11,8 +11,7 @@ use std::str::FromStr;
 use http::HeaderMap;
 use http::header::{ACCEPT, HeaderValue};
 
-/// The forwarded-for header, as a static name so lookups never parse it.
-pub const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+use crate::wire::names::X_FORWARDED_FOR;
 
 /// How many non-empty `X-Forwarded-For` items are examined before the chain is treated as
 /// malformed. A real chain of proxies is a handful of hops; this bounds the work a client can cause.

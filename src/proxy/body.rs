@@ -1,7 +1,7 @@
-//! Keeping a slot busy for exactly as long as the client is being served: the response body
-//! guard, and the tunnel of an upgraded connection.
+//! The bodies on the proxy's general path: the origin's response body, which keeps the slot busy
+//! until it has been delivered, and the client's request body, watched on its way to the origin
+//! so that a broken or stalled upload is the client's fault, not the origin's.
 
-use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::upgrade::{OnUpgrade, Upgraded};
-use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
-use super::SlotHold;
+use super::error::{FailureCounts, body_failed};
 use super::pool::Lease;
+use crate::sys::slots::SlotHold;
 
 pin_project_lite::pin_project! {
     /// The origin's response body, passed through frame by frame (nothing is buffered, so
@@ -30,6 +29,7 @@ pin_project_lite::pin_project! {
         inner: Incoming,
         hold: Option<SlotHold>,
         lease: Option<Lease>,
+        failures: Arc<FailureCounts>,
         // The origin's failure, reported one poll late so hyper flushes what it holds first
         // (as the direct path's body does).
         failure: Option<hyper::Error>,
@@ -37,7 +37,12 @@ pin_project_lite::pin_project! {
 }
 
 impl HeldBody {
-    pub(super) fn new(inner: Incoming, hold: Option<SlotHold>, lease: Option<Lease>) -> HeldBody {
+    pub(super) fn new(
+        inner: Incoming,
+        hold: Option<SlotHold>,
+        lease: Option<Lease>,
+        failures: Arc<FailureCounts>,
+    ) -> HeldBody {
         let mut lease = lease;
         // A body that is over before it starts (HEAD, 204, 304, empty) may never be polled.
         if inner.is_end_stream()
@@ -49,6 +54,7 @@ impl HeldBody {
             inner,
             hold,
             lease,
+            failures,
             failure: None,
         }
     }
@@ -71,7 +77,7 @@ impl Body for HeldBody {
             Poll::Ready(None) => true,
             Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
             Poll::Ready(Some(Err(err))) => {
-                tracing::warn!(error = %err, "proxy: origin response body failed");
+                body_failed(this.failures, &err);
                 *this.hold = None;
                 *this.lease = None;
                 *this.failure = Some(err);
@@ -231,102 +237,6 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-/// A response body that ends cleanly, between two frames, once the server starts draining.
-/// Event streams never end by themselves, so without this a single open one held every stop for
-/// the whole grace period; ended, the client's `EventSource` reconnects (to the restarted
-/// server) as it does after any network hiccup.
-pub(super) struct EndsOnDrain<B> {
-    /// `None` once ended: dropping the origin's body releases its slot and connection at once.
-    inner: Option<B>,
-    drained: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
-}
-
-impl<B> EndsOnDrain<B> {
-    pub(super) fn new(inner: B, draining: tokio_util::sync::CancellationToken) -> EndsOnDrain<B> {
-        EndsOnDrain {
-            inner: Some(inner),
-            drained: Box::pin(draining.cancelled_owned()),
-        }
-    }
-}
-
-impl<B: Body + Unpin> Body for EndsOnDrain<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        if self.inner.is_some() && self.drained.as_mut().poll(cx).is_ready() {
-            self.inner = None;
-        }
-        match self.inner.as_mut() {
-            Some(inner) => Pin::new(inner).poll_frame(cx),
-            None => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Body::is_end_stream)
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.inner {
-            Some(inner) => inner.size_hint(),
-            None => SizeHint::with_exact(0),
-        }
-    }
-}
-
-/// The client's and the origin's connections after a 101, with the slot held for their life.
-pub(super) struct Tunnel {
-    client: OnUpgrade,
-    origin: OnUpgrade,
-    hold: Option<SlotHold>,
-}
-
-pub(super) fn tunnel(client: OnUpgrade, origin: OnUpgrade, hold: Option<SlotHold>) -> Tunnel {
-    Tunnel {
-        client,
-        origin,
-        hold,
-    }
-}
-
-impl Tunnel {
-    async fn join(self) -> Option<(TokioIo<Upgraded>, TokioIo<Upgraded>)> {
-        match tokio::try_join!(self.client, self.origin) {
-            Ok((client, origin)) => Some((TokioIo::new(client), TokioIo::new(origin))),
-            Err(err) => {
-                tracing::debug!(error = %err, "proxy: upgrade did not complete");
-                None
-            }
-        }
-    }
-
-    /// Copies bytes both ways until both directions are finished.
-    pub(super) async fn plain(mut self) {
-        let _hold = self.hold.take();
-        let Some((mut client, mut origin)) = self.join().await else {
-            return;
-        };
-        if let Err(err) = tokio::io::copy_bidirectional(&mut client, &mut origin).await {
-            tracing::debug!(error = %err, "proxy: upgraded connection ended with an error");
-        }
-    }
-
-    /// As [`Tunnel::plain`] for a WebSocket, closed properly on both sides once `draining` is
-    /// cancelled.
-    pub(super) async fn websocket(mut self, draining: tokio_util::sync::CancellationToken) {
-        let _hold = self.hold.take();
-        let Some((client, origin)) = self.join().await else {
-            return;
-        };
-        super::websocket::relay(client, origin, draining).await;
     }
 }
 

@@ -12,21 +12,20 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{self, HeaderName, HeaderValue};
 
-use crate::admission::cookies::cookie_pairs;
+use crate::admission::cookies::{PRIVATE, cookie_pairs};
+use crate::wire::names::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
 
-/// Cookies that belong to the waiting room and the fast lane; the origin never sees them.
-const PRIVATE_COOKIES: [&[u8]; 6] = [
-    b"room_ticket",
-    b"room_pass",
-    b"room_probe",
-    b"concert_admit",
-    b"concert_priority",
-    b"concert_fastlane",
-];
+/// Concert's own cookies as bytes, as the `Cookie` line is read.
+const PRIVATE_COOKIES: [&[u8]; PRIVATE.len()] = {
+    let mut names: [&[u8]; PRIVATE.len()] = [b""; PRIVATE.len()];
+    let mut index = 0;
+    while index < PRIVATE.len() {
+        names[index] = PRIVATE[index].as_bytes();
+        index += 1;
+    }
+    names
+};
 
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 

@@ -3,19 +3,23 @@
 //! caller's slot busy until the response has been fully delivered.
 //!
 //! Bodiless requests to a plain-HTTP origin (most pages and assets) are exchanged on the
-//! serving task itself (`direct`); plain-HTTP requests with a body go through a lean HTTP/1.1
-//! pool (`pool`); `https` origins (HTTP/2 when ALPN agrees) and protocol upgrades use the
-//! general pooled client.
+//! serving task itself ([`direct`]); plain-HTTP requests with a body go through a lean HTTP/1.1
+//! pool ([`pool`]); `https` origins (HTTP/2 when ALPN agrees) and protocol upgrades use the
+//! general pooled client ([`client`]).
 //!
 //! Everything streams: the request body goes to the origin as the client sends it, response
 //! frames go to the client as the origin produces them.
 
 mod body;
+mod client;
 mod direct;
+mod drain;
+mod error;
 mod headers;
 mod idle;
 mod pool;
 mod target;
+mod upgrade;
 mod websocket;
 
 #[cfg(test)]
@@ -23,53 +27,31 @@ mod tests;
 
 use std::future::Future;
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
-use hyper_rustls::{
-    ConfigBuilderExt as _, HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream,
-};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_rustls::{ConfigBuilderExt as _, HttpsConnectorBuilder};
 
 use self::body::HeldBody;
+use self::client::{UpstreamClient, pooled_client, system_tls_config, tcp_connector, tls_builder};
 use self::direct::{DirectBody, DirectError, DirectPool, RequestHead};
+use self::error::UpstreamFailure;
 use self::headers::RequestFacts;
-use self::pool::{Http1Pool, Lease, PoolError, PoolLimits};
+use self::pool::{Http1Pool, Lease, PLAIN_HTTP_POOL};
 use self::target::Target;
+use crate::sys::coarse_clock;
+use crate::sys::slots::SlotHold;
+use crate::wire::names::CONCERT_PRIORITY;
 
-/// Time allowed to open a TCP connection to the origin.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time allowed for the TLS handshake once connected.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// TCP keep-alive probe interval on origin connections.
-const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
-/// How long an idle pooled connection is kept.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// Idle connections kept per origin (all workers together).
-const POOL_MAX_IDLE_PER_HOST: usize = 256;
-
-const PLAIN_HTTP_POOL: PoolLimits = PoolLimits {
-    max_idle: POOL_MAX_IDLE_PER_HOST,
-    idle_timeout: POOL_IDLE_TIMEOUT,
-    connect_timeout: CONNECT_TIMEOUT,
-    tcp_keepalive: TCP_KEEPALIVE,
-};
+pub use drain::{Drain, end_event_stream_on_drain};
+pub use error::{FailureCounts, Fault, ProxyError};
 
 /// Bytes reserved in a request head for the headers the proxy adds (`Host`,
 /// `X-Forwarded-For`, `-Host` and `-Proto`); more only costs a regrowth.
 const ADDED_HEADER_BYTES: usize = 160;
-
-const BAD_GATEWAY_BODY: &str = "upstream unavailable\n";
-const BAD_REQUEST_BODY: &str = "bad request\n";
-const REQUEST_TIMEOUT_BODY: &str = "request body timed out\n";
-const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
 
 /// How soon an upload found below the minimum rate, while the origin rather than the client
 /// was holding it up, is looked at again.
@@ -88,17 +70,8 @@ pub struct ProxySettings {
     /// Slowest average an upload may keep up once `upstream_timeout` has passed, in bytes a
     /// second; zero means no minimum (and so does a zero `upstream_timeout`).
     pub upload_min_rate: u64,
-}
-
-/// The proxy cannot be built from these settings.
-#[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
-    #[error("upstream {0:?} must be an http:// or https:// URL")]
-    Scheme(String),
-    #[error("upstream {0:?} has no valid host")]
-    NoHost(String),
-    #[error("TLS client setup failed: {0}")]
-    Tls(#[from] rustls::Error),
+    /// Where failed exchanges are counted; shared by every proxy of the process.
+    pub failures: Arc<FailureCounts>,
 }
 
 /// What the caller knows about the request that the proxy cannot see in it.
@@ -115,53 +88,6 @@ pub struct ForwardContext<'a> {
     /// The server's stop, which WebSocket tunnels follow.
     pub drain: &'a Drain,
 }
-
-/// What the long-lived answers need to know about a stop: when the drain starts, and which
-/// WebSocket tunnels it must wait for while they close.
-#[derive(Debug, Clone, Default)]
-pub struct Drain {
-    started: tokio_util::sync::CancellationToken,
-    websockets: tokio_util::task::TaskTracker,
-}
-
-impl Drain {
-    /// Starts the drain: event streams end, WebSocket tunnels send their Close frames.
-    pub fn start(&self) {
-        self.websockets.close();
-        self.started.cancel();
-    }
-
-    /// Resolves once the drain has started and every WebSocket tunnel has closed.
-    pub async fn websockets_closed(&self) {
-        self.started.cancelled().await;
-        self.websockets.wait().await;
-    }
-}
-
-/// Lets an event stream (`Content-Type: text/event-stream`) end once the drain starts, so a
-/// stop does not wait out its grace period for answers that never finish; every other response
-/// passes unchanged and keeps the whole grace period.
-pub fn end_event_stream_on_drain(response: Response<Body>, drain: &Drain) -> Response<Body> {
-    if !is_event_stream(response.headers()) {
-        return response;
-    }
-    let started = drain.started.clone();
-    response.map(|body| Body::new(body::EndsOnDrain::new(body, started)))
-}
-
-fn is_event_stream(headers: &http::HeaderMap) -> bool {
-    headers.get(header::CONTENT_TYPE).is_some_and(|value| {
-        let media = value.as_bytes().split(|&byte| byte == b';').next();
-        media.is_some_and(|media| {
-            media
-                .trim_ascii()
-                .eq_ignore_ascii_case(b"text/event-stream")
-        })
-    })
-}
-
-/// Whatever keeps a page or stream slot busy; dropping it releases the slot.
-pub type SlotHold = Box<dyn std::any::Any + Send + Sync>;
 
 /// The origin's `Concert-Priority` header (its last line). The proxy removes the header from
 /// every response and leaves it here, in the response's extensions, which never reach the
@@ -180,19 +106,15 @@ fn as_own_response(parts: &mut http::response::Parts) {
 fn take_origin_priority(parts: &mut http::response::Parts) {
     let last = parts
         .headers
-        .get_all(&ORIGIN_PRIORITY_HEADER)
+        .get_all(&CONCERT_PRIORITY)
         .iter()
         .next_back()
         .cloned();
     if let Some(value) = last {
-        parts.headers.remove(&ORIGIN_PRIORITY_HEADER);
+        parts.headers.remove(&CONCERT_PRIORITY);
         parts.extensions.insert(OriginPriority(value));
     }
 }
-
-const ORIGIN_PRIORITY_HEADER: HeaderName = HeaderName::from_static("concert-priority");
-
-type UpstreamClient = Client<BoundedConnector, Body>;
 
 /// A reverse proxy to one origin. Cheap to share behind an `Arc`; clients and their
 /// connection pools live as long as it does.
@@ -210,6 +132,7 @@ pub struct Proxy {
     preserve_host: bool,
     header_timeout: Option<Duration>,
     upload_min_rate: u64,
+    failures: Arc<FailureCounts>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -270,8 +193,13 @@ impl Proxy {
         });
         let http1 = (!target.is_https)
             .then(|| Arc::new(Http1Pool::new(&target.connect_addr, PLAIN_HTTP_POOL)));
-        let direct = (!target.is_https)
-            .then(|| Arc::new(DirectPool::new(&target.connect_addr, PLAIN_HTTP_POOL)));
+        let direct = (!target.is_https).then(|| {
+            Arc::new(DirectPool::new(
+                &target.connect_addr,
+                PLAIN_HTTP_POOL,
+                Arc::clone(&settings.failures),
+            ))
+        });
         Ok(Proxy {
             direct,
             http1,
@@ -282,14 +210,16 @@ impl Proxy {
             header_timeout: (!settings.upstream_timeout.is_zero())
                 .then_some(settings.upstream_timeout),
             upload_min_rate: settings.upload_min_rate,
+            failures: settings.failures,
         })
     }
 
     /// Sends the request to the origin and returns the origin's response for the client.
     ///
     /// `hold` stays alive until the response body has been delivered or the client has gone,
-    /// and for an upgraded connection until the tunnel closes. Failures reaching the origin
-    /// (including the response-header timeout) are logged and answered with a 502.
+    /// and for an upgraded connection until the tunnel closes. A failed exchange is counted by
+    /// whose fault it was, logged, and answered: 502 for the origin's, 400 or 408 for the
+    /// client's.
     pub async fn forward<B>(
         &self,
         mut req: Request<B>,
@@ -338,10 +268,7 @@ impl Proxy {
         };
         let uri = match uri {
             Ok(uri) => uri,
-            Err(err) => {
-                tracing::debug!(error = %err, "proxy: request path does not make a valid URI");
-                return plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
-            }
+            Err(_) => return self.failed(&parts.method, &ctx, UpstreamFailure::Unforwardable),
         };
         let requested_protocol = upgrade.clone();
         let facts = self.request_facts(&ctx, &parts.uri, upgrade);
@@ -376,29 +303,25 @@ impl Proxy {
         let (mut response, lease) =
             match self.after_body_within_header_timeout(sent, &progress).await {
                 Ok(answered) => answered,
-                Err(failure) if progress.failed() => {
-                    tracing::debug!(error = %failure, "proxy: the client's request body failed");
-                    return bad_request_body();
+                Err(failure) => {
+                    // Whatever the exchange saw, a body the client broke is the client's doing.
+                    let failure = match failure {
+                        failure if progress.failed() => {
+                            UpstreamFailure::RequestBodyFailed(Box::new(failure))
+                        }
+                        UpstreamFailure::HeaderTimeout(_) if progress.awaiting_client() => {
+                            UpstreamFailure::UploadStalled
+                        }
+                        failure => failure,
+                    };
+                    return self.failed(&method, &ctx, failure);
                 }
-                Err(UpstreamFailure::HeaderTimeout(_)) if progress.awaiting_client() => {
-                    tracing::debug!("proxy: the client's request body stalled");
-                    return request_body_timed_out();
-                }
-                Err(UpstreamFailure::UploadTooSlow) => {
-                    tracing::debug!("proxy: the client's request body came too slowly");
-                    return request_body_timed_out();
-                }
-                Err(failure) => return upstream_failed(&method, &ctx, &failure),
             };
 
         // The client library takes 100..=999, but HTTP ends at 599 (RFC 9110 §15).
         if response.status().as_u16() > 599 {
-            tracing::warn!(
-                method = %method,
-                status = response.status().as_u16(),
-                "proxy: origin answered with a status outside HTTP's range"
-            );
-            return bad_gateway();
+            let status = response.status().as_u16();
+            return self.failed(&method, &ctx, UpstreamFailure::StatusOutOfRange(status));
         }
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
             let switched_to = response.headers().get(header::UPGRADE);
@@ -407,22 +330,16 @@ impl Proxy {
                 (Some(asked), Some(got)) if asked.as_bytes().eq_ignore_ascii_case(got.as_bytes())
             );
             let Some(client_side) = client_upgrade.filter(|_| agreed) else {
-                tracing::warn!(
-                    method = %method,
-                    "proxy: origin switched to a protocol the client did not ask for"
-                );
-                return bad_gateway();
+                return self.failed(&method, &ctx, UpstreamFailure::UnaskedSwitch);
             };
             let origin_side = hyper::upgrade::on(&mut response);
             headers::strip_response(response.headers_mut(), true);
-            let tunnel = body::tunnel(client_side, origin_side, hold);
+            let tunnel = upgrade::tunnel(client_side, origin_side, hold);
             if requested_protocol
                 .as_ref()
                 .is_some_and(|asked| asked.as_bytes().eq_ignore_ascii_case(b"websocket"))
             {
-                // Tracked, so the stop waits for the Close frames to go out.
-                let started = ctx.drain.started.clone();
-                ctx.drain.websockets.spawn(tunnel.websocket(started));
+                ctx.drain.track_websocket(tunnel);
             } else {
                 tokio::spawn(tunnel.plain());
             }
@@ -436,7 +353,11 @@ impl Proxy {
         // An origin that says it closes (or speaks HTTP/1.0) does not get the connection reused.
         let lease = lease.filter(|_| !origin_closes && parts.version == Version::HTTP_11);
         as_own_response(&mut parts);
-        Response::from_parts(parts, Body::new(HeldBody::new(incoming, hold, lease)))
+        let failures = Arc::clone(&self.failures);
+        Response::from_parts(
+            parts,
+            Body::new(HeldBody::new(incoming, hold, lease, failures)),
+        )
     }
 
     /// What the header rewrite needs to know beyond the headers themselves.
@@ -459,7 +380,7 @@ impl Proxy {
 
     /// The `-upstream-timeout` wait for a request with a body: the limit counts from the
     /// body's last movement, so it bounds the wait for the response head once the body is
-    /// sent (as the original's transport does) and a stalled upload. A slow upload is cut off
+    /// sent (as a transport with a response-header timeout does) and a stalled upload. A slow upload is cut off
     /// only below the minimum average rate, and only while it is the client that keeps the
     /// body waiting (an origin reading slowly is not the client's fault).
     async fn after_body_within_header_timeout<T>(
@@ -509,18 +430,15 @@ impl Proxy {
         let Some(mut head) =
             RequestHead::start(&method, &self.target, ctx.path_and_query, header_bytes)
         else {
-            tracing::debug!("proxy: request path does not make a valid request target");
-            return plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
+            return self.failed(&method, ctx, UpstreamFailure::Unforwardable);
         };
         headers::rewrite_request_into(parts.headers, facts, &mut head);
         let head = head.finish();
         // Counted from the coarse clock: a limit of seconds does not need a precise read. Its
         // reading may be a tick ahead, so a tick is added: the limit is never cut short.
-        let deadline = self.header_timeout.map(|limit| {
-            crate::sys::coarse_clock::tokio_instant()
-                + limit
-                + crate::sys::coarse_clock::max_error()
-        });
+        let deadline = self
+            .header_timeout
+            .map(|limit| coarse_clock::tokio_instant() + limit + coarse_clock::max_error());
         let answered = match (
             pool.send(&method, &head, deadline).await,
             self.header_timeout,
@@ -530,162 +448,21 @@ impl Proxy {
         };
         let answer = match answered {
             Ok(answer) => answer,
-            Err(failure) => return upstream_failed(&method, ctx, &failure),
+            Err(failure) => return self.failed(&method, ctx, failure),
         };
         // The direct pool's answer comes without hop-by-hop headers already.
         let (mut head, body) = DirectBody::new(answer, pool, hold);
         as_own_response(&mut head);
         Response::from_parts(head, Body::new(body))
     }
-}
 
-/// Why the origin gave no response.
-#[derive(Debug, thiserror::Error)]
-enum UpstreamFailure {
-    #[error("{}", ErrorChain(.0))]
-    Client(#[from] hyper_util::client::legacy::Error),
-    #[error("{}", ErrorChain(.0))]
-    Pool(#[from] PoolError),
-    #[error("{}", ErrorChain(.0))]
-    Direct(#[from] DirectError),
-    #[error("no response headers within {0:?}")]
-    HeaderTimeout(Duration),
-    /// The client's upload fell below the minimum rate; the origin is not at fault.
-    #[error("the request body came too slowly")]
-    UploadTooSlow,
-}
-
-/// Displays an error with its sources, since the client's own message is terse
-/// ("client error (Connect)").
-struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(err) = source {
-            write!(f, ": {err}")?;
-            source = err.source();
-        }
-        Ok(())
-    }
-}
-
-/// Logs why the origin gave no answer and answers the client 502.
-fn upstream_failed(
-    method: &http::Method,
-    ctx: &ForwardContext<'_>,
-    failure: &UpstreamFailure,
-) -> Response<Body> {
-    tracing::warn!(
-        method = %method,
-        path = ctx.path_and_query.split('?').next().unwrap_or_default(),
-        error = %failure,
-        "proxy: upstream request failed"
-    );
-    bad_gateway()
-}
-
-fn plain_response(status: StatusCode, text: &'static str) -> Response<Body> {
-    let mut response = Response::new(Body::from(text));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PLAIN_TEXT));
-    response
-}
-
-/// The client's request body broke off or could not be decoded before the origin answered.
-/// hyper closes the connection after it, as the rest of the stream cannot be trusted.
-fn bad_request_body() -> Response<Body> {
-    let mut response = plain_response(StatusCode::BAD_REQUEST, BAD_REQUEST_BODY);
-    response
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
-}
-
-/// The client stopped sending its request body for the whole `-upstream-timeout`.
-fn request_body_timed_out() -> Response<Body> {
-    let mut response = plain_response(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT_BODY);
-    response
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
-}
-
-fn bad_gateway() -> Response<Body> {
-    plain_response(StatusCode::BAD_GATEWAY, BAD_GATEWAY_BODY)
-}
-
-fn tls_builder()
--> Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVerifier>, rustls::Error> {
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-}
-
-fn system_tls_config() -> Result<rustls::ClientConfig, ProxyError> {
-    match tls_builder()?.with_native_roots() {
-        Ok(builder) => Ok(builder.with_no_client_auth()),
-        Err(err) => {
-            tracing::warn!(error = %err, "proxy: no usable system root certificates, using the bundled ones");
-            Ok(tls_builder()?.with_webpki_roots().with_no_client_auth())
-        }
-    }
-}
-
-fn tcp_connector() -> HttpConnector {
-    let mut http = HttpConnector::new();
-    // The TLS layer on top decides which schemes are allowed.
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    http.set_keepalive(Some(TCP_KEEPALIVE));
-    http.set_nodelay(true);
-    http
-}
-
-fn pooled_client(connector: HttpsConnector<HttpConnector>) -> UpstreamClient {
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        // `Host` is always written by the header rewrite.
-        .set_host(false)
-        .build(BoundedConnector {
-            inner: connector,
-            limit: CONNECT_TIMEOUT + TLS_HANDSHAKE_TIMEOUT,
-        })
-}
-
-type ConnectError = Box<dyn std::error::Error + Send + Sync>;
-type OriginStream = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
-
-/// Bounds a whole connection attempt. The TCP connect has its own 5 s limit inside, so the
-/// remainder bounds the TLS handshake, which the TLS connector itself does not.
-#[derive(Clone)]
-struct BoundedConnector {
-    inner: HttpsConnector<HttpConnector>,
-    limit: Duration,
-}
-
-impl tower::Service<Uri> for BoundedConnector {
-    type Response = OriginStream;
-    type Error = ConnectError;
-    type Future = Pin<Box<dyn Future<Output = Result<OriginStream, ConnectError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let connecting = self.inner.call(uri);
-        let limit = self.limit;
-        Box::pin(async move {
-            match tokio::time::timeout(limit, connecting).await {
-                Ok(connected) => connected,
-                Err(_) => Err(format!("connecting took longer than {limit:?}").into()),
-            }
-        })
+    /// Counts, logs and answers a failed exchange (see [`error::answer_failure`]).
+    fn failed(
+        &self,
+        method: &http::Method,
+        ctx: &ForwardContext<'_>,
+        failure: UpstreamFailure,
+    ) -> Response<Body> {
+        error::answer_failure(&self.failures, method, ctx.path_and_query, &failure)
     }
 }

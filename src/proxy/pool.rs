@@ -20,6 +20,23 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+/// Time allowed to open a TCP connection to the origin.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// TCP keep-alive probe interval on origin connections.
+pub(super) const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// How long an idle pooled connection is kept.
+pub(super) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Idle connections kept per origin (all workers together).
+pub(super) const POOL_MAX_IDLE_PER_HOST: usize = 256;
+
+/// The limits of the plain-HTTP pools in production.
+pub(super) const PLAIN_HTTP_POOL: PoolLimits = PoolLimits {
+    max_idle: POOL_MAX_IDLE_PER_HOST,
+    idle_timeout: POOL_IDLE_TIMEOUT,
+    connect_timeout: CONNECT_TIMEOUT,
+    tcp_keepalive: TCP_KEEPALIVE,
+};
+
 /// Sends requests on one origin connection.
 pub(super) type Sender = http1::SendRequest<Body>;
 

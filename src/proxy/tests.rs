@@ -17,7 +17,11 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
 use super::*;
+use crate::proxy::drain::is_event_stream;
+use crate::proxy::pool::{PLAIN_HTTP_POOL, PoolLimits};
 
 #[path = "../../tests/support/origins.rs"]
 mod origins;
@@ -32,6 +36,7 @@ fn settings(upstream: &str) -> ProxySettings {
         preserve_host: true,
         upstream_timeout: Duration::from_secs(30),
         upload_min_rate: 500,
+        failures: Arc::default(),
     }
 }
 
@@ -1197,6 +1202,7 @@ async fn idle_origin_connections_never_exceed_the_cap() {
             max_idle: cap,
             ..PLAIN_HTTP_POOL
         },
+        Arc::default(),
     )));
     let front = front(proxy, false);
     let burst = 6;

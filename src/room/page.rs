@@ -7,6 +7,7 @@
 //! An operator's page gets the position as a plain number, as the original gives it; only the
 //! built-in page pads it to three digits, for its own display.
 
+use crate::paths::reserved::{WAITING_SCRIPT, WAITING_STYLESHEET};
 use std::borrow::Cow;
 use std::path::Path;
 use std::time::Duration;
@@ -29,12 +30,6 @@ pub const WAITING_JS: &str = include_str!("../../static/waiting.js");
 /// Stylesheet of the built-in page, served at `/_concert/waiting.css`.
 pub const WAITING_CSS: &str = include_str!("../../static/waiting.css");
 
-/// Content type of a rendered page.
-pub const PAGE_CONTENT_TYPE: &str = "text/html; charset=utf-8";
-/// Cache policy of a rendered page: it is personal and travels with Set-Cookie, so no
-/// cache (shared or browser) may keep it.
-pub const PAGE_CACHE_CONTROL: &str = "no-store";
-
 const JS_CONTENT_TYPE: &str = "text/javascript; charset=utf-8";
 const CSS_CONTENT_TYPE: &str = "text/css; charset=utf-8";
 
@@ -42,8 +37,8 @@ const CSS_CONTENT_TYPE: &str = "text/css; charset=utf-8";
 /// Only the waiting page's own files are known here; anything else is `None`.
 pub fn concert_asset(path: &str) -> Option<(&'static str, &'static str)> {
     match path {
-        "/_concert/waiting.js" => Some((JS_CONTENT_TYPE, WAITING_JS)),
-        "/_concert/waiting.css" => Some((CSS_CONTENT_TYPE, WAITING_CSS)),
+        WAITING_SCRIPT => Some((JS_CONTENT_TYPE, WAITING_JS)),
+        WAITING_STYLESHEET => Some((CSS_CONTENT_TYPE, WAITING_CSS)),
         _ => None,
     }
 }

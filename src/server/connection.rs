@@ -11,6 +11,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::response::IntoResponse;
 use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -23,6 +24,8 @@ use super::deadline::IdleDeadline;
 use super::send_limit::StreamExecutor;
 use crate::App;
 use crate::pipeline::ConnInfo;
+use crate::pipeline::identity::is_html_client;
+use crate::respond::Rejection;
 use crate::sys::workers::OpenConnection;
 use crate::wire::limits::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES};
 use crate::wire::smuggling::{FramingGuard, FramingWatch, Refusal};
@@ -165,8 +168,9 @@ fn refused_framing(
     app.counters
         .bad_requests_total
         .fetch_add(1, Ordering::Relaxed);
-    crate::respond::Rejection::BadRequest(refusal.reason().to_string())
-        .into_response(crate::pipeline::identity::is_html_client(req.headers()))
+    Rejection::BadRequest(refusal.reason().to_string())
+        .for_client(is_html_client(req.headers()))
+        .into_response()
 }
 
 /// Runs the pipeline; a panic becomes an empty 500 and one log line, never a dead connection task

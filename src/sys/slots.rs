@@ -1,4 +1,5 @@
-//! Counting semaphore for page, asset and stream slots.
+//! Slots: the counting semaphore behind page, asset and stream slots, and the hold an answer
+//! keeps until it has been delivered.
 //!
 //! `Gate` wraps a tokio semaphore and adds *permit debt*: shrinking the capacity below the number of
 //! slots currently held does not hand the surplus back to newcomers. Every later release first pays
@@ -9,6 +10,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
+
+/// Whatever keeps a page, asset or stream slot busy for the life of an answer; dropping it
+/// releases the slot.
+pub type SlotHold = Box<dyn std::any::Any + Send + Sync>;
 
 /// Weight of the newest sample in the utilization average.
 const UTILIZATION_ALPHA: f64 = 0.1;

@@ -1,5 +1,5 @@
-//! Limits on what a client may send before Concert answers it itself: they apply to every
-//! request, before any rule sees it.
+//! Limits on the HTTP messages Concert reads: a client's request, before any rule sees it, and
+//! an origin's response head.
 
 use std::time::Duration;
 
@@ -15,3 +15,6 @@ pub const MAX_HEADERS: usize = 100;
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Longest request target (path + query) Concert forwards; longer ones get 414.
 pub const MAX_TARGET_BYTES: usize = 8 * 1024;
+/// Largest origin response head (status line and headers) read before the answer counts as
+/// garbled.
+pub const MAX_RESPONSE_HEAD_BYTES: usize = 128 * 1024;

@@ -3,4 +3,5 @@
 
 pub(crate) mod codec;
 pub mod limits;
+pub mod names;
 pub(crate) mod smuggling;

@@ -1,0 +1,194 @@
+//! Stage 6: everything no other stage claimed. The priority gate (only while the room is busy),
+//! then the waiting room decides: admit, wait (the waiting page, or 429 JSON for API clients)
+//! or refuse a newcomer to a full line. An admitted request gets its admission pass issued or
+//! slid, goes to the origin with its page (or lane) slot held until the answer has been
+//! delivered, and the origin's `Concert-Priority` becomes a grant bound to the pass.
+
+use axum::BoxError;
+use axum::body::Body;
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+
+use super::RequestInfo;
+use super::origin::forward;
+use super::pass_check::{charge_forged_pass, pass_cookie, with_cookie};
+use crate::admission::cookies::{ADMIT, PRIORITY, ROOM_PASS, TICKET, read_cookies};
+use crate::admission::pass::{PassId, PassStatus, unix_now};
+use crate::admission::priority::{GrantAction, LaneDecision, LaneRequest};
+use crate::app::{App, Generation};
+use crate::paths::reserved::QUEUE_STATUS;
+use crate::proxy::OriginPriority;
+use crate::respond::Rejection;
+use crate::respond::values::{HTML, JSON, NO_STORE};
+use crate::room::{AdmitResult, Arrival, Decision, Waiting};
+use crate::sys::slots::SlotHold;
+
+/// The catch-all: the priority gate (when the room is busy), then the waiting room decides, and
+/// the proxy serves.
+pub(super) async fn gated<B>(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<B>,
+) -> Response<Body>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let config = &generation.config;
+    let now = unix_now();
+    let [
+        admit_cookie,
+        priority_cookie,
+        ticket_cookie,
+        room_pass_cookie,
+    ] = read_cookies(req.headers(), [ADMIT, PRIORITY, TICKET, ROOM_PASS]);
+    let pass = app.pass.verify_cookie(admit_cookie, now);
+    let rank = app
+        .priority
+        .request_rank(&app.pass, priority_cookie, pass.valid(), now);
+    app.priority.count_request(rank);
+    if app.room.is_busy() {
+        let request = LaneRequest {
+            rank,
+            form: config.priority_forms
+                && !matches!(*req.method(), Method::GET | Method::HEAD)
+                && pass.valid().is_some(),
+            lane_rank: config.priority_lane_rank,
+            wait: config.priority_wait,
+            retry_after: config.effective_retry_after(),
+        };
+        match app.priority.gate(&generation.lane, request).await {
+            LaneDecision::Lane(slot) => {
+                return admitted(app, generation, info, req, Box::new(slot), pass).await;
+            }
+            LaneDecision::Refused(refusal) => {
+                return refusal.for_client(info.html).into_response();
+            }
+            LaneDecision::Room => {}
+        }
+    }
+    let arrival = Arrival {
+        ticket_cookie,
+        pass_cookie: room_pass_cookie,
+        client: info.client,
+    };
+    let admission = match app.room.arrive(arrival) {
+        Decision::Admit(admission) => admission,
+        Decision::Wait(waiting) => {
+            if rank.as_u8() > 0 {
+                app.room.set_ticket_rank(&waiting.token, rank.as_u8());
+            }
+            return waiting_response(generation, info, &waiting);
+        }
+        Decision::Full => {
+            let retry_after = generation.config.effective_retry_after();
+            return Rejection::QueueFull { retry_after }
+                .for_client(info.html)
+                .into_response();
+        }
+    };
+    // Waiting for a slot ends early if the client goes away: hyper drops this future, the
+    // admission is dropped with it, and the room retires the ticket.
+    match app.room.admit(admission).await {
+        AdmitResult::Admitted(slot) => {
+            admitted(app, generation, info, req, Box::new(slot), pass).await
+        }
+        AdmitResult::Requeued(waiting) => waiting_response(generation, info, &waiting),
+    }
+}
+
+/// The gated handler: issue or slide the admission pass (a forged one is charged), proxy with
+/// `hold` kept until the response is delivered, then turn the origin's `Concert-Priority` into
+/// a grant bound to the pass. `status` is the pass as checked when the request arrived: a
+/// second signature check would cost as much again, and a pass valid on arrival is slid even
+/// if it ran out while its holder waited for the slot.
+async fn admitted<B>(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<B>,
+    hold: SlotHold,
+    status: PassStatus,
+) -> Response<Body>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let now = unix_now();
+    charge_forged_pass(app, info, &status);
+    let issued = app
+        .pass
+        .issue_for_page(&status, now, generation.config.admit_ttl);
+    let cookie = issued
+        .cookie
+        .as_deref()
+        .map(|value| pass_cookie(generation, info, value));
+    let mut response = forward(app, generation, info, req, Some(hold)).await;
+    if let (Some(OriginPriority(value)), Some(id)) = (
+        response.extensions_mut().remove::<OriginPriority>(),
+        issued.id,
+    ) {
+        apply_grant(app, generation, info, &mut response, &value, &id, now);
+    }
+    with_cookie(response, cookie)
+}
+
+fn apply_grant(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    response: &mut Response<Body>,
+    value: &HeaderValue,
+    pass: &PassId,
+    now: u64,
+) {
+    let cookie = match app.priority.grant_from_origin(&app.pass, value, pass, now) {
+        GrantAction::Set { value, max_age } => {
+            generation
+                .cookies
+                .set(PRIORITY, &value, max_age, true, info.conn.tls)
+        }
+        GrantAction::Clear => generation.cookies.clear(PRIORITY, info.conn.tls),
+        GrantAction::Keep => return,
+    };
+    response.headers_mut().append(header::SET_COOKIE, cookie);
+}
+
+/// A queued visitor's answer: the waiting page for browsers (and for everyone with
+/// `-api-json=false`), or 429 JSON for API clients. Both carry the room cookies.
+fn waiting_response(
+    generation: &Generation,
+    info: &RequestInfo,
+    waiting: &Waiting,
+) -> Response<Body> {
+    let config = &generation.config;
+    let retry_after = config.effective_retry_after();
+    let mut response = if info.html || !config.api_json {
+        let page = generation.page.render(waiting.position, &config.skip_url);
+        let mut response = Response::new(Body::from(page));
+        response.headers_mut().insert(header::CONTENT_TYPE, HTML);
+        response
+    } else {
+        let body = format!(
+            "{{\"hint\":\"keep the {TICKET} cookie and retry to hold your position\",\"queued\":true,\"retry_after_seconds\":{retry_after},\"status_url\":\"{QUEUE_STATUS}\"}}"
+        );
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        response.headers_mut().insert(header::CONTENT_TYPE, JSON);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        response
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, NO_STORE);
+    generation.cookies.append_room_cookies(
+        headers,
+        &waiting.token,
+        generation.ticket_max_age,
+        info.conn.tls,
+    );
+    response
+}

@@ -1,0 +1,9 @@
+//! Header names Concert itself reads or writes, defined once.
+
+use http::HeaderName;
+
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// The origin's priority grant for the visitor it answers; never passed on to the client.
+pub const CONCERT_PRIORITY: HeaderName = HeaderName::from_static("concert-priority");
