@@ -11,10 +11,13 @@ use http::{HeaderMap, Response, StatusCode, header};
 use serde_json::json;
 use subtle::ConstantTimeEq;
 
-use super::ops::Client;
 use crate::app::{App, ChangeError};
 use crate::respond::Rejection;
 use crate::respond::values::{error_json, json_response};
+
+/// The resolved client of an admin request, for strikes.
+#[derive(Clone, Copy)]
+pub(super) struct Client(pub(super) Option<IpAddr>);
 
 /// Bearer-token check for admin routes: no token configured → the route does not exist (404);
 /// missing or wrong token → 401 and strikes. Compared in constant time.

@@ -15,17 +15,13 @@ use axum::routing::{get, post};
 use http::{HeaderMap, Request, Response, StatusCode, header};
 use tower::ServiceExt;
 
-use super::admin::{abuse_ban, abuse_list, abuse_unban, set_cap};
+use super::admin::{Client, abuse_ban, abuse_list, abuse_unban, set_cap};
 use super::figures::stats_json;
 use super::metrics::{MetricsFormat, metrics_response};
 use crate::app::App;
 use crate::paths::reserved::{ABUSE, CAP, HEALTHZ, METRICS, STATS, without_trailing_slash};
 use crate::respond::Rejection;
 use crate::respond::values::{TEXT, json_response};
-
-/// The resolved client of an ops request, for strikes.
-#[derive(Clone, Copy)]
-pub(super) struct Client(pub(super) Option<IpAddr>);
 
 /// Routes one `/_room/…` request: `path` normalised, `query` with its `?` (or empty), `client`
 /// as the pipeline resolved it.

@@ -4,7 +4,7 @@
 use http::{Method, StatusCode};
 use tokio::time::Instant;
 
-use super::RequestInfo;
+use super::request::RequestInfo;
 use super::routes::Stage;
 use crate::paths::reserved::{HEALTHZ, without_trailing_slash};
 

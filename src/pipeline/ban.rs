@@ -4,7 +4,7 @@ use axum::body::Body;
 use axum::response::IntoResponse;
 use http::{HeaderMap, Response, StatusCode, header};
 
-use super::RequestInfo;
+use super::request::RequestInfo;
 use crate::abuse::BanLength;
 use crate::admission::cookies::{TICKET, read_cookie};
 use crate::app::Generation;

@@ -10,9 +10,9 @@ use axum::response::IntoResponse;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 
-use super::RequestInfo;
 use super::origin::forward;
 use super::pass_check::{charge_forged_pass, pass_cookie, with_cookie};
+use super::request::RequestInfo;
 use crate::admission::cookies::{ADMIT, PRIORITY, ROOM_PASS, TICKET, read_cookies};
 use crate::admission::pass::{PassId, PassStatus, unix_now};
 use crate::admission::priority::{GrantAction, LaneDecision, LaneRequest};

@@ -6,7 +6,7 @@ use std::net::Ipv6Addr;
 use http::{Request, Version, header};
 
 use super::identity::{is_html_client, resolve_client};
-use super::{ConnInfo, RequestInfo};
+use super::request::{ConnInfo, RequestInfo};
 use crate::app::Generation;
 use crate::paths::normalize::normalize_request_path;
 use crate::respond::Rejection;

@@ -28,12 +28,16 @@ pub mod identity;
 mod inspect;
 mod origin;
 mod pass_check;
+mod request;
 mod routes;
 mod tiers;
 
+#[cfg(test)]
+mod tests;
+
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -51,37 +55,7 @@ use crate::app::App;
 use crate::endpoints;
 use routes::Stage;
 
-/// What the request pipeline knows about the connection a request came on.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ConnInfo {
-    /// Socket peer, IPv4-mapped addresses unmapped.
-    pub peer: Option<IpAddr>,
-    /// Whether the connection is Concert's own TLS.
-    pub tls: bool,
-}
-
-/// What the pipeline learned about a request before routing it.
-pub struct RequestInfo {
-    pub conn: ConnInfo,
-    pub client: Option<IpAddr>,
-    /// The client prefers HTML (a browser): refusals come as pages.
-    pub html: bool,
-    /// Normalised path plus the request's query: what the origin receives.
-    pub target: String,
-    /// Length of the path part of `target`.
-    pub path_len: usize,
-}
-
-impl RequestInfo {
-    pub fn path(&self) -> &str {
-        &self.target[..self.path_len]
-    }
-
-    /// The query with its `?`, or empty.
-    pub fn query(&self) -> &str {
-        &self.target[self.path_len..]
-    }
-}
+pub use request::{ConnInfo, RequestInfo};
 
 /// The pipeline for one request. Never panics on input; every refusal is a
 /// [`crate::respond::Rejection`].

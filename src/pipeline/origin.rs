@@ -8,7 +8,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{Request, Response};
 
-use super::RequestInfo;
+use super::request::RequestInfo;
 use crate::app::{App, Generation};
 use crate::proxy::{ForwardContext, end_event_stream_on_drain};
 use crate::sys::slots::SlotHold;

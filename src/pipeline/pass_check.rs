@@ -4,7 +4,7 @@
 use axum::body::Body;
 use http::{HeaderMap, HeaderValue, Response, header};
 
-use super::RequestInfo;
+use super::request::RequestInfo;
 use crate::abuse::Offense;
 use crate::admission::cookies::{ADMIT, read_cookie};
 use crate::admission::pass::{PassStatus, unix_now};

@@ -8,9 +8,9 @@ use axum::response::IntoResponse;
 use bytes::Bytes;
 use http::{Request, Response};
 
-use super::RequestInfo;
 use super::origin::forward;
 use super::pass_check::{check_pass, with_cookie};
+use super::request::RequestInfo;
 use crate::app::{App, Generation};
 
 /// `-assets`: a valid pass, a slot in the pass's own pool for its protocol family, then a

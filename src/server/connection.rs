@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 use super::activity::{ConnLimits, ConnectionActivity, CountedBody};
 use super::deadline::IdleDeadline;
 use super::send_limit::StreamExecutor;
-use crate::App;
+use crate::app::App;
 use crate::pipeline::ConnInfo;
 use crate::pipeline::identity::is_html_client;
 use crate::respond::Rejection;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::App;
+use crate::app::App;
 use crate::sys::workers::{SHARE_STEP_ASIDE_LIMIT, WorkerLoad, become_worker, worker_index};
 
 use connection::{connection_builder, serve_connection};
