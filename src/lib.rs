@@ -24,6 +24,11 @@ pub mod store;
 pub mod sys;
 mod wire;
 
+/// The fake origins of the integration tests, for the unit tests that need a real origin.
+#[cfg(test)]
+#[path = "../tests/support/origins.rs"]
+mod test_origins;
+
 pub use app::{App, BuildError, ChangeError, Counters, Generation};
 pub use lifecycle::{
     QUEUE_SNAPSHOT_EVERY, Running, StartError, VERSION, run, run_to_end, start, start_on_workers,

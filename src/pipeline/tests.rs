@@ -20,9 +20,7 @@ use crate::config::{self, Loaded};
 use crate::proxy::Fault;
 use crate::room::{Arrival, Decision};
 
-#[path = "../../tests/support/origins.rs"]
-#[allow(dead_code)]
-mod origins;
+use crate::test_origins as origins;
 
 const BROWSER: &str = "text/html,application/xhtml+xml,*/*;q=0.8";
 /// A client the default `-trusted-proxies` do not cover.

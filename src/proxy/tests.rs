@@ -23,8 +23,7 @@ use super::*;
 use crate::proxy::drain::is_event_stream;
 use crate::proxy::pool::{PLAIN_HTTP_POOL, PoolLimits};
 
-#[path = "../../tests/support/origins.rs"]
-mod origins;
+use crate::test_origins as origins;
 
 use origins::{OriginBody, full};
 
