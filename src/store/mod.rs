@@ -1,27 +1,24 @@
-//! The data directory: exclusive ownership (a lock file), atomic 0600 writes, and the formats of
-//! `settings.json` and `queue.snapshot`.
+//! The data directory: exclusive ownership (a lock file) and atomic 0600 writes, under which the
+//! three files that survive a restart are kept: [`settings`], [`bans`] and the waiting line
+//! ([`queue`]).
 //!
 //! Every write goes to a temp file in the same directory, is fsynced, renamed over the target and
 //! the directory fsynced, so a crash leaves either the old file or the new one, never half of one.
+
+mod bans;
+mod queue;
+mod settings;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-
-use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
+pub use bans::{BANS_FILE, BansFile, load_bans, save_bans, spawn_ban_writer};
+pub use queue::{QUEUE_FILE, clear_queue, restore_queue, save_queue, spawn_queue_snapshots};
+pub use settings::{SETTINGS_FILE, SettingsFile, apply_settings_file, save_settings};
 
-use crate::abuse::{BanSnapshot, ImportReport, Registry};
-use crate::config::table::{SETTINGS, setting};
-use crate::config::{Config, Source};
-use crate::room::{Room, Snapshot, SnapshotError, WallTime};
-
-pub const SETTINGS_FILE: &str = "settings.json";
-pub const QUEUE_FILE: &str = "queue.snapshot";
 const LOCK_FILE: &str = ".lock";
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +40,7 @@ pub enum PersistError {
 /// starting something else) keeps it held until that child execs or exits, a moment after the
 /// previous instance let go; a restart right then would otherwise be refused.
 pub const LOCK_PATIENCE: Duration = Duration::from_millis(500);
+
 const LOCK_RETRY: Duration = Duration::from_millis(10);
 
 /// An opened, locked data directory. The lock is held for the life of the value.
@@ -119,33 +117,34 @@ impl DataDir {
     /// Replaces `name` with `bytes` atomically, mode 0600.
     pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> Result<(), PersistError> {
         let target = self.file(name);
-        let temp = self
-            .path
-            .join(format!(".{name}.{:016x}.tmp", rand::random::<u64>()));
-        let io_error = |source| PersistError::Io {
-            path: target.clone(),
-            source,
-        };
-        let result = (|| {
-            let mut file = OpenOptions::new()
-                .create_new(true)
-                .write(true)
-                .mode(0o600)
-                .open(&temp)?;
-            file.write_all(bytes)?;
-            file.sync_all()?;
-            drop(file);
-            fs::rename(&temp, &target)?;
-            // Best effort: make the rename itself durable.
-            if let Ok(dir) = File::open(&self.path) {
-                let _ = dir.sync_all();
-            }
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&temp);
+        // tempfile creates the file 0600 with a random name (O_EXCL) and removes it again if
+        // anything below fails.
+        let written = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(&self.path)
+            .and_then(|mut temp| {
+                temp.write_all(bytes)?;
+                temp.as_file().sync_all()?;
+                temp.persist(&target).map_err(|failed| failed.error)
+            });
+        if let Err(source) = written {
+            return Err(PersistError::Io {
+                path: target,
+                source,
+            });
         }
-        result.map_err(io_error)
+        // Best effort: make the rename itself durable.
+        if let Ok(dir) = File::open(&self.path) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Held from taking a snapshot of the state until its file is in place: saves of one
+    /// directory never overtake each other.
+    fn ordered(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.saving.lock()
     }
 
     /// Renames `name` to `name.bad` so a broken file is kept for inspection but not read again.
@@ -175,306 +174,6 @@ pub(crate) fn json_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde
     }
 }
 
-/// `settings.json`: only the values an operator changed at runtime.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct SettingsFile {
-    #[serde(default)]
-    pub version: u32,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub updated: String,
-    #[serde(default)]
-    pub settings: serde_json::Map<String, serde_json::Value>,
-    /// Keys beside `version`, `updated` and `settings`, most likely a setting put at the top level
-    /// by hand; reported at start-up, never written back.
-    #[serde(flatten, skip_serializing)]
-    pub misplaced: serde_json::Map<String, serde_json::Value>,
-}
-
-impl SettingsFile {
-    /// Parses the file; a version from the future or invalid JSON is an error naming the file.
-    pub fn parse(path: &Path, bytes: &[u8]) -> Result<SettingsFile, PersistError> {
-        let corrupt = |message: String| PersistError::Corrupt {
-            path: path.to_path_buf(),
-            message,
-        };
-        let file: SettingsFile =
-            json_object(bytes).map_err(|e| corrupt(format!("invalid JSON: {e}")))?;
-        if file.version > 1 {
-            return Err(corrupt(format!(
-                "version {} is newer than this concert understands (1)",
-                file.version
-            )));
-        }
-        Ok(file)
-    }
-
-    /// Indented JSON with a trailing newline, as operators read and diff it.
-    pub fn render(&self) -> Vec<u8> {
-        let mut bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
-        bytes.push(b'\n');
-        bytes
-    }
-}
-
-/// Applies `settings.json` on top of flags/env/defaults. Unknown and restart-only keys are logged
-/// and skipped (an old file must not stop a newer binary); a value of the wrong type or out of
-/// range stops start-up naming the file. Returns how many values were applied.
-pub fn apply_settings_file(dir: &DataDir, config: &mut Config) -> Result<usize, PersistError> {
-    let path = dir.file(SETTINGS_FILE);
-    let Some(bytes) = dir.read(SETTINGS_FILE)? else {
-        return Ok(0);
-    };
-    let file = SettingsFile::parse(&path, &bytes)?;
-    for key in file.misplaced.keys() {
-        tracing::warn!(
-            file = %path.display(),
-            key = %key,
-            "key outside \"settings\" ignored (settings belong inside the \"settings\" object)"
-        );
-    }
-    let mut applied = 0;
-    for (key, value) in &file.settings {
-        match setting(key) {
-            None => {
-                tracing::warn!(file = %path.display(), key = %key, "unknown setting ignored");
-                continue;
-            }
-            Some((_, def)) if def.restart => {
-                tracing::warn!(
-                    file = %path.display(),
-                    key = %key,
-                    "restart-only setting ignored in the file: set {} in the environment",
-                    def.env
-                );
-                continue;
-            }
-            Some(_) => {}
-        }
-        config
-            .set_json(key, value)
-            .map_err(|message| PersistError::Corrupt {
-                path: path.clone(),
-                message,
-            })?;
-        applied += 1;
-    }
-    Ok(applied)
-}
-
-/// Writes every value whose source is the file (or a live change) to `settings.json`.
-pub fn save_settings(dir: &DataDir, config: &Config) -> Result<(), PersistError> {
-    let _ordered = dir.saving.lock();
-    let mut file = SettingsFile {
-        version: 1,
-        updated: WallTime::from_system(std::time::SystemTime::now()).to_string(),
-        ..SettingsFile::default()
-    };
-    for def in SETTINGS {
-        if config.source(def.key) == Source::File
-            && let Some(value) = config.value_json(def.key)
-        {
-            file.settings.insert(def.key.to_string(), value);
-        }
-    }
-    dir.write_atomic(SETTINGS_FILE, &file.render())
-}
-
-/// Restores the line saved at the last stop (or by the periodic snapshot before a crash), then
-/// deletes the file so it is never imported twice. A malformed file is set aside as `.bad` and
-/// start-up goes on with an empty line; an unreadable one is left where it is.
-pub fn restore_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> {
-    let path = dir.file(QUEUE_FILE);
-    let bytes = match dir.read(QUEUE_FILE) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => return Ok(0),
-        Err(e) => {
-            tracing::warn!("{e}; starting with an empty line and leaving the file in place");
-            return Ok(0);
-        }
-    };
-    let imported = Snapshot::from_json(&bytes)
-        .and_then(|snapshot| room.import_snapshot(snapshot, std::time::SystemTime::now()));
-    match imported {
-        Ok(count) => {
-            dir.remove(QUEUE_FILE)?;
-            Ok(count)
-        }
-        Err(SnapshotError::NotPristine) => Err(PersistError::Corrupt {
-            path,
-            message: SnapshotError::NotPristine.to_string(),
-        }),
-        Err(message) => {
-            let bad = dir.quarantine(QUEUE_FILE)?;
-            tracing::warn!(
-                file = %path.display(),
-                kept_as = %bad.display(),
-                "queue snapshot refused ({message}); starting with an empty line"
-            );
-            Ok(0)
-        }
-    }
-}
-
-/// Saves the line (tickets in order, with their tokens) for the next start.
-pub fn save_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> {
-    let _ordered = dir.saving.lock();
-    let snapshot = room.export_snapshot(std::time::SystemTime::now());
-    let count = snapshot.tickets.len();
-    let bytes = snapshot.to_json().map_err(|e| PersistError::Corrupt {
-        path: dir.file(QUEUE_FILE),
-        message: e.to_string(),
-    })?;
-    dir.write_atomic(QUEUE_FILE, &bytes)?;
-    Ok(count)
-}
-
-/// Removes a saved line that is no longer true (the line emptied), ordered with the saves.
-pub fn clear_queue(dir: &DataDir) -> Result<usize, PersistError> {
-    let _ordered = dir.saving.lock();
-    dir.remove(QUEUE_FILE).map(|()| 0)
-}
-
-/// Snapshots the line every `every` while it changes, so a crash (`kill -9`, power loss) loses at
-/// most that much of the line. Writes run on the blocking pool; a write that takes longer than the
-/// period stretches the period, which bounds the cost for very long lines.
-///
-/// `stop` ends the task between writes, never during one (see [`spawn_ban_writer`]).
-pub fn spawn_queue_snapshots(
-    dir: Arc<DataDir>,
-    room: Arc<Room>,
-    every: Duration,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut last_seen = None;
-        let mut period = every;
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(period) => {}
-                () = stop.cancelled() => return,
-            }
-            let stats = room.stats();
-            let fingerprint = (stats.issued, stats.now_serving, stats.live_queue_depth);
-            if last_seen == Some(fingerprint) {
-                continue;
-            }
-            let (dir, room) = (dir.clone(), room.clone());
-            let started = std::time::Instant::now();
-            let written = tokio::task::spawn_blocking(move || {
-                // An empty line leaves no file behind: nothing to restore.
-                if room.stats().live_queue_depth == 0 {
-                    clear_queue(&dir)
-                } else {
-                    save_queue(&dir, &room)
-                }
-            })
-            .await;
-            match written {
-                Ok(Ok(_)) => last_seen = Some(fingerprint),
-                Ok(Err(e)) => tracing::warn!("periodic queue snapshot failed: {e}"),
-                Err(e) => tracing::warn!("periodic queue snapshot task failed: {e}"),
-            }
-            period = every.max(started.elapsed() * 2);
-        }
-    })
-}
-
-pub const BANS_FILE: &str = "bans.json";
-
-/// `bans.json`: every client with offense history (expired bans too, so escalation survives a
-/// restart) and the active range bans.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct BansFile {
-    #[serde(default)]
-    pub version: u32,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub saved: String,
-    #[serde(flatten)]
-    pub bans: BanSnapshot,
-}
-
-/// Restores bans at start. Anything but a missing file that cannot be read exactly stops
-/// start-up: silently starting without them would lift permanent bans.
-pub fn load_bans(dir: &DataDir, registry: &Registry) -> Result<ImportReport, PersistError> {
-    let path = dir.file(BANS_FILE);
-    let Some(bytes) = dir.read(BANS_FILE)? else {
-        return Ok(ImportReport::default());
-    };
-    let file: BansFile = serde_json::from_slice(&bytes).map_err(|e| PersistError::Corrupt {
-        path: path.clone(),
-        message: format!("invalid JSON: {e}"),
-    })?;
-    if file.version > 1 {
-        return Err(PersistError::Corrupt {
-            path,
-            message: format!(
-                "version {} is newer than this concert understands (1)",
-                file.version
-            ),
-        });
-    }
-    Ok(registry.import(&file.bans))
-}
-
-/// Writes the registry's bans and offense history.
-pub fn save_bans(dir: &DataDir, registry: &Registry) -> Result<(), PersistError> {
-    let _ordered = dir.saving.lock();
-    let file = BansFile {
-        version: 1,
-        saved: WallTime::from_system(std::time::SystemTime::now()).to_string(),
-        bans: registry.export(),
-    };
-    let mut bytes = serde_json::to_vec_pretty(&file).unwrap_or_default();
-    bytes.push(b'\n');
-    dir.write_atomic(BANS_FILE, &bytes)
-}
-
-/// Saves bans within a second of any change. A failed save is retried every second and logged
-/// once until it recovers.
-///
-/// `stop` ends the task between saves, never during one: a save runs on the blocking pool and
-/// holds the data directory (and its lock) until it is done, so aborting the task instead would
-/// let the process report itself stopped while a write still holds the lock.
-pub fn spawn_ban_writer(
-    dir: Arc<DataDir>,
-    registry: Arc<Registry>,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut saved_at = registry.changes();
-        let mut failing = false;
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                () = stop.cancelled() => return,
-            }
-            let changes = registry.changes();
-            if changes == saved_at {
-                continue;
-            }
-            let (dir, registry) = (dir.clone(), registry.clone());
-            let result = tokio::task::spawn_blocking(move || save_bans(&dir, &registry)).await;
-            match result {
-                Ok(Ok(())) => {
-                    if failing {
-                        tracing::info!("bans.json saved again");
-                    }
-                    failing = false;
-                    saved_at = changes;
-                }
-                Ok(Err(e)) if !failing => {
-                    tracing::error!("cannot save bans: {e}; retrying every second");
-                    failing = true;
-                }
-                Ok(Err(_)) => {}
-                Err(e) => tracing::error!("ban writer task failed: {e}"),
-            }
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,17 +201,6 @@ mod tests {
             .collect();
         assert!(leftovers.is_empty());
         assert!(dir.read("missing").unwrap().is_none());
-    }
-
-    #[test]
-    fn settings_must_be_a_json_object() {
-        let path = Path::new("/data/settings.json");
-        for bad in [&b"[1,\"\",{\"cap\":5}]"[..], b"[]", b"5", b"null"] {
-            let error = SettingsFile::parse(path, bad).unwrap_err().to_string();
-            assert!(error.contains("/data/settings.json"), "{error}");
-        }
-        let file = SettingsFile::parse(path, br#"{"version":1,"settings":{"cap":5}}"#).unwrap();
-        assert_eq!(file.settings["cap"], 5);
     }
 
     #[test]
@@ -550,41 +238,5 @@ mod tests {
         let bad = dir.quarantine(QUEUE_FILE).unwrap();
         assert!(bad.ends_with("queue.snapshot.bad"));
         assert!(dir.read(QUEUE_FILE).unwrap().is_none());
-    }
-
-    #[test]
-    fn settings_file_round_trips_and_refuses_garbage() {
-        let path = Path::new("/data/settings.json");
-        let mut file = SettingsFile {
-            version: 1,
-            updated: "2026-11-30T10:00:00Z".into(),
-            ..SettingsFile::default()
-        };
-        file.settings.insert("cap".into(), serde_json::json!(9));
-        let bytes = file.render();
-        assert!(bytes.ends_with(b"}\n"));
-        assert!(String::from_utf8_lossy(&bytes).contains("  \"settings\""));
-        let back = SettingsFile::parse(path, &bytes).unwrap();
-        assert_eq!(back.settings["cap"], 9);
-        let err = SettingsFile::parse(path, b"{").unwrap_err();
-        assert!(err.to_string().starts_with("/data/settings.json"), "{err}");
-        assert!(SettingsFile::parse(path, br#"{"version":2}"#).is_err());
-        assert!(SettingsFile::parse(path, br#"{"settings":{}}"#).is_ok());
-    }
-
-    #[test]
-    fn keys_beside_settings_are_kept_apart_and_never_written_back() {
-        let path = Path::new("/data/settings.json");
-        let file = SettingsFile::parse(
-            path,
-            br#"{"version":1,"settings":{"cap":3},"stream_cap":1}"#,
-        )
-        .unwrap();
-        assert_eq!(file.settings["cap"], 3);
-        assert_eq!(
-            file.misplaced.keys().collect::<Vec<_>>(),
-            vec!["stream_cap"]
-        );
-        assert!(!String::from_utf8_lossy(&file.render()).contains("stream_cap"));
     }
 }
