@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
+use super::Room;
 use super::line::Key;
+use super::shared::bump;
 use super::tokens::{self, Entry, SEEN, TokenId};
-use super::{Room, bump};
 
 impl Room {
     /// One reaper pass; returns how many visitors were retired (lapsed ones included).

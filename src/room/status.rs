@@ -1,8 +1,9 @@
 //! `GET /queue/status` logic: one locked step per poll on the visitor's shard.
 
+use super::Room;
 use super::estimate::WaitEstimate;
+use super::shared::bump;
 use super::tokens::{HAS_PASS, REFRESH_DUE, SEEN, parse_token};
-use super::{Room, bump};
 
 /// Polls closer together than this are throttled.
 const POLL_INTERVAL_MS: u64 = 1_000;
