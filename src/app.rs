@@ -187,7 +187,7 @@ fn load_page(config: &Config) -> Result<WaitingPage, BuildError> {
 }
 
 /// The room's settings derived from a configuration.
-pub fn room_settings(config: &Config) -> RoomSettings {
+pub(crate) fn room_settings(config: &Config) -> RoomSettings {
     RoomSettings {
         cap: config.cap,
         max_queue: config.max_queue,

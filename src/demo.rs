@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// How long a demo page takes, like an origin worker rendering it.
-pub const PAGE_DELAY: Duration = Duration::from_millis(1000);
+pub(crate) const PAGE_DELAY: Duration = Duration::from_millis(1000);
 
 /// Marks every answer of the demo origin, so the simulated crowd tells a page that came through
 /// from the waiting room's own page without depending on the waiting page's markup.
@@ -30,17 +30,17 @@ const FROM_ORIGIN_HEADER: &str = "x-demo-origin";
 /// The demo origin's static files and event stream, which an admitted visitor's page loads. The
 /// demo routes them through the asset tier and the stream guard, so they come with the admission
 /// pass instead of queueing behind the page.
-pub const ASSET_PATHS: &str = "/style.css,/app.js";
-pub const STREAM_PATHS: &str = "/clock";
+pub(crate) const ASSET_PATHS: &str = "/style.css,/app.js";
+pub(crate) const STREAM_PATHS: &str = "/clock";
 
 /// A running demo origin.
-pub struct DemoOrigin {
+pub(crate) struct DemoOrigin {
     pub addr: SocketAddr,
     stop: watch::Sender<bool>,
 }
 
 impl DemoOrigin {
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 }
@@ -52,7 +52,7 @@ impl Drop for DemoOrigin {
 }
 
 /// Starts the demo origin on a free loopback port.
-pub async fn start_origin() -> std::io::Result<DemoOrigin> {
+pub(crate) async fn start_origin() -> std::io::Result<DemoOrigin> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
@@ -163,7 +163,7 @@ fn clock_stream() -> Response<DemoBody> {
 
 /// Simulated visitors that keep the line busy while a person explores the demo. Each behaves like
 /// a browser tab; the crowd stops when `stop` turns true.
-pub fn spawn_crowd(concert: SocketAddr, visitors: usize, stop: watch::Receiver<bool>) {
+pub(crate) fn spawn_crowd(concert: SocketAddr, visitors: usize, stop: watch::Receiver<bool>) {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     for visitor in 0..visitors {

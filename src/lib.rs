@@ -7,29 +7,33 @@
 //! admitted visitors through the asset and stream tiers ([`admission`]), queues everyone else
 //! in the [`room`], and sends what is admitted to the origin through the [`proxy`].
 
+#![warn(unreachable_pub)]
+
 pub mod abuse;
 pub mod admission;
 mod app;
 pub mod config;
-pub mod demo;
+mod demo;
 pub mod endpoints;
 mod lifecycle;
-pub mod paths;
-pub mod pipeline;
-pub mod proxy;
-pub mod respond;
+mod paths;
+mod pipeline;
+mod proxy;
+mod respond;
 pub mod room;
-pub mod server;
-pub mod store;
+mod server;
+mod store;
 pub mod sys;
 mod wire;
 
 /// The fake origins of the integration tests, for the unit tests that need a real origin.
 #[cfg(test)]
 #[path = "../tests/support/origins.rs"]
+#[allow(unreachable_pub)]
 mod test_origins;
 
 pub use app::{App, BuildError, ChangeError, Counters, Generation};
+pub use pipeline::{ConnInfo, Pipeline, router};
 pub use lifecycle::{
     QUEUE_SNAPSHOT_EVERY, Running, StartError, VERSION, run, run_to_end, start, start_on_workers,
 };

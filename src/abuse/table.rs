@@ -21,7 +21,7 @@ use crate::sys::shard::SHARD_COUNT as SHARDS;
 
 /// One tracked client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
+pub(super) struct Entry {
     pub window: StrikeWindow,
     /// Unix nanos; 0 = never banned, [`FOREVER`] = permanent.
     pub banned_until: i64,
@@ -32,7 +32,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn new(now: i64) -> Self {
+    pub(super) fn new(now: i64) -> Self {
         Entry {
             window: StrikeWindow::new(now),
             banned_until: 0,
@@ -41,11 +41,11 @@ impl Entry {
         }
     }
 
-    pub fn is_banned(&self, now: i64) -> bool {
+    pub(super) fn is_banned(&self, now: i64) -> bool {
         self.banned_until > now
     }
 
-    pub fn ban_left(&self, now: i64) -> Option<BanLength> {
+    pub(super) fn ban_left(&self, now: i64) -> Option<BanLength> {
         if self.banned_until == FOREVER {
             return Some(BanLength::Permanent);
         }
@@ -72,7 +72,7 @@ type Shard = HashMap<Key, Entry>;
 /// the least recently active (as sampled-LRU caches do), at a bounded cost.
 const EVICTION_CANDIDATES: usize = 32;
 
-pub struct Table {
+pub(super) struct Table {
     shards: Box<[RwLock<Shard>]>,
     picker: RandomState,
     count: AtomicUsize,
@@ -103,31 +103,31 @@ impl Table {
         &self.shards[crate::sys::shard::staggered((hash >> 32) as u32)]
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.count.load(Ordering::Relaxed)
     }
 
-    pub fn dropped(&self) -> u64 {
+    pub(super) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    pub fn has_wide_entries(&self) -> bool {
+    pub(super) fn has_wide_entries(&self) -> bool {
         self.wide_entries.load(Ordering::Relaxed) > 0
     }
 
     /// How many /64 entries of `wide`'s /48 are tracked.
-    pub fn per_wide(&self, wide: Key) -> u32 {
+    pub(super) fn per_wide(&self, wide: Key) -> u32 {
         self.per_wide.lock().get(&wide).copied().unwrap_or(0)
     }
 
     /// Reads one entry under its shard's read lock.
-    pub fn read<R>(&self, key: Key, f: impl FnOnce(Option<&Entry>) -> R) -> R {
+    pub(super) fn read<R>(&self, key: Key, f: impl FnOnce(Option<&Entry>) -> R) -> R {
         f(self.shard(&key).read().get(&key))
     }
 
     /// Runs `f` on `key`'s entry, creating it (subject to the limit) when missing. `None` when
     /// the table is full and nothing could be evicted; that is counted as a drop.
-    pub fn upsert<R>(
+    pub(super) fn upsert<R>(
         &self,
         key: Key,
         now: i64,
@@ -168,7 +168,7 @@ impl Table {
         Some(f(entry))
     }
 
-    pub fn remove(&self, key: Key) -> bool {
+    pub(super) fn remove(&self, key: Key) -> bool {
         let removed = self.shard(&key).write().remove(&key).is_some();
         if removed {
             self.count.fetch_sub(1, Ordering::AcqRel);
@@ -178,7 +178,7 @@ impl Table {
     }
 
     /// Keeps the entries for which `keep` is true, one shard at a time. Returns how many went.
-    pub fn retain(&self, mut keep: impl FnMut(&Key, &mut Entry) -> bool) -> usize {
+    pub(super) fn retain(&self, mut keep: impl FnMut(&Key, &mut Entry) -> bool) -> usize {
         let mut removed_keys = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.write();
@@ -198,7 +198,7 @@ impl Table {
     }
 
     /// Visits every entry (listing, export). Each shard is read-locked while it is visited.
-    pub fn for_each(&self, mut visit: impl FnMut(&Key, &Entry)) {
+    pub(super) fn for_each(&self, mut visit: impl FnMut(&Key, &Entry)) {
         for shard in self.shards.iter() {
             for (key, entry) in shard.read().iter() {
                 visit(key, entry);

@@ -7,7 +7,7 @@
 
 /// Strike counts of the current and the previous bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StrikeWindow {
+pub(super) struct StrikeWindow {
     /// Start of the current bucket, unix nanos.
     start: i64,
     /// 32 bits each, like the threshold they are compared with: a count saturates at about four
@@ -17,7 +17,7 @@ pub struct StrikeWindow {
 }
 
 impl StrikeWindow {
-    pub fn new(now: i64) -> Self {
+    pub(super) fn new(now: i64) -> Self {
         StrikeWindow {
             start: now,
             current: 0,
@@ -39,7 +39,7 @@ impl StrikeWindow {
     }
 
     /// Adds `weight` at `now` and reports whether the sliding level reached `threshold`.
-    pub fn add(&mut self, now: i64, window: i64, weight: u32, threshold: u32) -> bool {
+    pub(super) fn add(&mut self, now: i64, window: i64, weight: u32, threshold: u32) -> bool {
         self.advance(now, window);
         self.current = self.current.saturating_add(weight);
         self.reached(now, window, threshold)
@@ -55,13 +55,13 @@ impl StrikeWindow {
     }
 
     /// No strike inside the last window: nothing to remember.
-    pub fn is_idle(&mut self, now: i64, window: i64) -> bool {
+    pub(super) fn is_idle(&mut self, now: i64, window: i64) -> bool {
         self.advance(now, window);
         self.current == 0 && self.previous == 0
     }
 
     /// Forgets every strike (after a ban).
-    pub fn reset(&mut self, now: i64) {
+    pub(super) fn reset(&mut self, now: i64) {
         *self = StrikeWindow::new(now);
     }
 }

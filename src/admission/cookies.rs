@@ -8,26 +8,26 @@ use http::header::{COOKIE, SET_COOKIE};
 use http::{HeaderMap, HeaderValue};
 
 /// The waiting-room ticket: the visitor's place in line (HttpOnly).
-pub const TICKET: &str = "room_ticket";
+pub(crate) const TICKET: &str = "room_ticket";
 /// Set beside the ticket, readable by the waiting page, so its script can tell that cookies
 /// work.
-pub const PROBE: &str = "room_probe";
+pub(crate) const PROBE: &str = "room_probe";
 /// A VIP pass into the room.
-pub const ROOM_PASS: &str = "room_pass";
+pub(crate) const ROOM_PASS: &str = "room_pass";
 /// The admission pass of an admitted visitor.
-pub const ADMIT: &str = "concert_admit";
+pub(crate) const ADMIT: &str = "concert_admit";
 /// A priority grant from the origin, bound to the admission pass.
-pub const PRIORITY: &str = "concert_priority";
+pub(crate) const PRIORITY: &str = "concert_priority";
 /// The fast lane's session.
-pub const FASTLANE: &str = "concert_fastlane";
+pub(crate) const FASTLANE: &str = "concert_fastlane";
 /// Concert's own cookies: they are never passed on to the origin.
-pub const PRIVATE: [&str; 6] = [TICKET, ROOM_PASS, PROBE, ADMIT, PRIORITY, FASTLANE];
+pub(crate) const PRIVATE: [&str; 6] = [TICKET, ROOM_PASS, PROBE, ADMIT, PRIORITY, FASTLANE];
 
 /// Value of the first cookie called `name` across all `Cookie` headers, borrowed from the request.
 ///
 /// Pairs that do not parse are skipped rather than failing the whole header, so one odd cookie set
 /// by the origin cannot hide ours.
-pub fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     let [value] = read_cookies(headers, [name]);
     value
 }
@@ -39,7 +39,7 @@ pub fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// browser sends all of a site's cookies in one line, and one cookie of the origin's with a
 /// UTF-8 value must not hide Concert's (reading the whole line as text would drop all of them).
 /// A header value holds no control bytes but tab, so ASCII means visible text here.
-pub fn read_cookies<'a, const N: usize>(
+pub(crate) fn read_cookies<'a, const N: usize>(
     headers: &'a HeaderMap,
     names: [&str; N],
 ) -> [Option<&'a str>; N] {
@@ -92,11 +92,6 @@ fn ascii_text(bytes: &[u8]) -> Option<&str> {
     } else {
         None
     }
-}
-
-/// Whether the request carried a cookie called `name` at all (even an empty one).
-pub fn has_cookie(headers: &HeaderMap, name: &str) -> bool {
-    read_cookie(headers, name).is_some()
 }
 
 /// The attributes shared by every cookie Concert sets.
@@ -273,7 +268,7 @@ mod tests {
     fn tolerates_malformed_pairs_and_quotes() {
         let map = headers(&["garbage; ; =x; room_ticket=\"q\""]);
         assert_eq!(read_cookie(&map, "room_ticket"), Some("q"));
-        assert!(has_cookie(&headers(&["room_ticket="]), "room_ticket"));
+        assert_eq!(read_cookie(&headers(&["room_ticket="]), "room_ticket"), Some(""));
     }
 
     #[test]

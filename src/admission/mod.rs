@@ -2,7 +2,7 @@
 //! grants and the lane, the asset tier, the stream guard, and the cookies they travel in.
 
 pub mod assets;
-pub mod cookies;
+pub(crate) mod cookies;
 pub mod pass;
-pub mod priority;
-pub mod streams;
+pub(crate) mod priority;
+pub(crate) mod streams;

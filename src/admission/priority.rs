@@ -20,8 +20,6 @@ use super::pass::{PassId, PassSigner, ValidPass, expiry_at};
 use crate::config::duration::parse_go_duration;
 use crate::respond::Rejection;
 
-/// `-priority-lane-rank` value meaning "no rank uses the lane".
-pub const LANE_RANK_OFF: u32 = 7;
 /// Distinct rejected header values that are logged; later ones are only counted.
 const LOGGED_REJECTIONS: usize = 50;
 const MIN_GRANT_TTL: Duration = Duration::from_secs(60);
@@ -90,7 +88,7 @@ impl Rank {
 
 /// What a `Concert-Priority` value asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OriginGrant {
+pub(crate) struct OriginGrant {
     pub rank: Rank,
     /// Zero for guest; otherwise within 1m…24h.
     pub ttl: Duration,
@@ -98,7 +96,7 @@ pub struct OriginGrant {
 
 /// Parses `<rank>[; ttl=<seconds | Go duration>]`, case-insensitive. A comma-separated value
 /// counts by its last item (the last value wins).
-pub fn parse_priority(value: &str) -> Result<OriginGrant, String> {
+pub(crate) fn parse_priority(value: &str) -> Result<OriginGrant, String> {
     let value = value
         .rsplit(',')
         .map(str::trim)
@@ -135,7 +133,7 @@ pub fn parse_priority(value: &str) -> Result<OriginGrant, String> {
 }
 
 /// The ranks that use the lane, as the portal shows them.
-pub fn lane_ranks_text(lane_rank: u32) -> String {
+pub(crate) fn lane_ranks_text(lane_rank: u32) -> String {
     match u8::try_from(lane_rank).ok().and_then(Rank::from_u8) {
         Some(Rank::Staff) => "staff".to_string(),
         Some(rank) => format!("{} and above", rank.name()),
@@ -506,7 +504,8 @@ mod tests {
     fn lane_rank_text() {
         assert_eq!(lane_ranks_text(3), "customer and above");
         assert_eq!(lane_ranks_text(6), "staff");
-        assert_eq!(lane_ranks_text(LANE_RANK_OFF), "off");
+        // 7 is the lane rank no grant reaches: the lane is off.
+        assert_eq!(lane_ranks_text(7), "off");
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,7 +11,7 @@ use crate::sys::slots::{Gate, Permit};
 
 /// Process-wide stream counters.
 #[derive(Debug, Default)]
-pub struct StreamCounters {
+pub(crate) struct StreamCounters {
     pub served: AtomicU64,
     pub denied: AtomicU64,
     pub throttled: AtomicU64,

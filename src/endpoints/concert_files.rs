@@ -11,7 +11,7 @@ use crate::respond::values::{NO_STORE, json_response};
 use crate::room::page::concert_asset;
 
 /// The answer for `path` under `/_concert`; `skip_url` is `-skip-url`.
-pub fn answer(skip_url: &str, method: &Method, path: &str) -> Response<Body> {
+pub(crate) fn answer(skip_url: &str, method: &Method, path: &str) -> Response<Body> {
     let path = without_trailing_slash(path);
     let readable = matches!(*method, Method::GET | Method::HEAD);
     if path == CONCERT_CONFIG {

@@ -10,7 +10,7 @@ use crate::app::App;
 use crate::respond::Rejection;
 
 /// `-metrics-path` on the public listener: the same answer as `/_room/metrics`.
-pub fn answer(app: &App, method: &Method, headers: &HeaderMap) -> Response<Body> {
+pub(crate) fn answer(app: &App, method: &Method, headers: &HeaderMap) -> Response<Body> {
     if !matches!(*method, Method::GET | Method::HEAD) {
         return Rejection::MethodNotAllowed { allow: "GET, HEAD" }.into_response();
     }
@@ -19,7 +19,7 @@ pub fn answer(app: &App, method: &Method, headers: &HeaderMap) -> Response<Body>
 
 /// The two text expositions a scrape can get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricsFormat {
+pub(crate) enum MetricsFormat {
     /// Prometheus' classic text format (version 0.0.4), which every scraper and `curl` reads.
     Classic,
     /// OpenMetrics 1.0.0, for scrapers that ask for it by name (Prometheus itself does).
@@ -31,7 +31,7 @@ impl MetricsFormat {
     /// high as any `text/plain`; otherwise (no `Accept`, `*/*`, `text/plain`, anything else) the
     /// classic format. A wildcard never selects OpenMetrics: a scraper that has not heard of it
     /// may not parse it.
-    pub fn negotiate(headers: &HeaderMap) -> MetricsFormat {
+    pub(crate) fn negotiate(headers: &HeaderMap) -> MetricsFormat {
         let mut openmetrics = 0.0_f32;
         let mut classic = 0.0_f32;
         let ranges = headers
@@ -56,7 +56,7 @@ impl MetricsFormat {
         }
     }
 
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             MetricsFormat::Classic => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
             MetricsFormat::OpenMetrics => {
@@ -101,7 +101,7 @@ pub(super) fn metrics_response(app: &App, format: MetricsFormat) -> Response<Bod
 }
 
 /// The exposition of every figure the table exposes (see [`super::figures`]).
-pub fn render_metrics(app: &App, format: MetricsFormat) -> Result<String, std::fmt::Error> {
+pub(crate) fn render_metrics(app: &App, format: MetricsFormat) -> Result<String, std::fmt::Error> {
     let registry = metric_families(app);
     let mut text = String::new();
     match format {

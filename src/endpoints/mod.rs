@@ -2,8 +2,8 @@
 //! figures behind the stats and the metrics, the waiting page's poll and its files.
 
 mod admin;
-pub mod concert_files;
+pub(crate) mod concert_files;
 pub mod figures;
-pub mod metrics;
-pub mod ops;
+pub(crate) mod metrics;
+pub(crate) mod ops;
 pub mod queue_status;

@@ -25,7 +25,7 @@ use crate::respond::values::{TEXT, json_response};
 
 /// Routes one `/_room/…` request: `path` normalised, `query` with its `?` (or empty), `client`
 /// as the pipeline resolved it.
-pub async fn handle<B>(
+pub(crate) async fn handle<B>(
     app: &Arc<App>,
     path: &str,
     query: &str,

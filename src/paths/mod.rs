@@ -1,7 +1,7 @@
 //! Request paths: the reserved routes, normalisation, the operator's path lists and their
 //! compiled matchers.
 
-pub mod matchers;
-pub mod normalize;
-pub mod reserved;
-pub mod rules;
+pub(crate) mod matchers;
+pub(crate) mod normalize;
+pub(crate) mod reserved;
+pub(crate) mod rules;

@@ -2,21 +2,21 @@
 //! pipeline routes them before any list is consulted.
 
 /// Operator routes (health, stats, metrics, the admin API); everything below is Concert's.
-pub const ROOM_TREE: &str = "/_room";
+pub(crate) const ROOM_TREE: &str = "/_room";
 /// The waiting page's own files and the fast lane; everything below is Concert's.
-pub const CONCERT_TREE: &str = "/_concert";
+pub(crate) const CONCERT_TREE: &str = "/_concert";
 /// The waiting page's status poll.
-pub const QUEUE_STATUS: &str = "/queue/status";
+pub(crate) const QUEUE_STATUS: &str = "/queue/status";
 
-pub const HEALTHZ: &str = "/_room/healthz";
-pub const STATS: &str = "/_room/stats";
-pub const METRICS: &str = "/_room/metrics";
-pub const CAP: &str = "/_room/cap";
-pub const ABUSE: &str = "/_room/abuse";
+pub(crate) const HEALTHZ: &str = "/_room/healthz";
+pub(crate) const STATS: &str = "/_room/stats";
+pub(crate) const METRICS: &str = "/_room/metrics";
+pub(crate) const CAP: &str = "/_room/cap";
+pub(crate) const ABUSE: &str = "/_room/abuse";
 /// The waiting page's fast-lane configuration.
-pub const CONCERT_CONFIG: &str = "/_concert/config";
-pub const WAITING_SCRIPT: &str = "/_concert/waiting.js";
-pub const WAITING_STYLESHEET: &str = "/_concert/waiting.css";
+pub(crate) const CONCERT_CONFIG: &str = "/_concert/config";
+pub(crate) const WAITING_SCRIPT: &str = "/_concert/waiting.js";
+pub(crate) const WAITING_STYLESHEET: &str = "/_concert/waiting.css";
 
 /// Roots reserved together with everything below them.
 const RESERVED_TREES: [&str; 2] = [ROOM_TREE, CONCERT_TREE];

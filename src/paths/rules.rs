@@ -92,7 +92,7 @@ fn reserved_conflict(rule: &PathRule) -> Option<&'static str> {
 /// Checks a single path Concert answers itself outside the reserved prefixes (the metrics path):
 /// it must start with `/`, be normalised, and not sit on a reserved route, which already has
 /// its own answer. A trailing `/` is trimmed, since both forms are answered.
-pub fn parse_own_path(raw: &str) -> Result<String, String> {
+pub(crate) fn parse_own_path(raw: &str) -> Result<String, String> {
     if !raw.starts_with('/') {
         return Err("must start with /".to_string());
     }
@@ -194,7 +194,7 @@ pub(super) fn ancestors(path: &str) -> impl Iterator<Item = &str> {
 /// Cross-list checks (02 §3). `route_lists` are lists that become routes and must not overlap
 /// structurally; `ban_paths` only may not repeat a rule of another list. Names are the flags
 /// used in messages.
-pub fn check_path_lists(
+pub(crate) fn check_path_lists(
     route_lists: &[(&str, &PathList)],
     ban_paths: Option<(&str, &PathList)>,
 ) -> Result<(), String> {

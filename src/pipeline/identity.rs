@@ -4,9 +4,7 @@
 //! the abuse key that groups addresses for strikes and bans (an IPv4 address or an IPv6 /64), and
 //! the "does this client want HTML" test used to pick between the waiting page and JSON answers.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::str::FromStr;
 
 use http::HeaderMap;
 use http::header::{ACCEPT, HeaderValue};
@@ -20,14 +18,14 @@ const MAX_FORWARDED_ITEMS: usize = 64;
 /// Turns an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) into the IPv4 address it carries.
 ///
 /// Unlike `Ipv6Addr::to_ipv4`, this leaves `::1` and other IPv6 addresses alone.
-pub fn unmap(ip: IpAddr) -> IpAddr {
+pub(crate) fn unmap(ip: IpAddr) -> IpAddr {
     ip.to_canonical()
 }
 
 /// Parses one address as it appears in a peer or `X-Forwarded-For` item: a bare address
 /// (`203.0.113.7`, `2001:db8::1`, `fe80::1%eth0`), `a.b.c.d:port`, or `[v6]:port` / `[v6]`.
 /// The result is unmapped. Anything else is `None`.
-pub fn parse_address(text: &str) -> Option<IpAddr> {
+pub(crate) fn parse_address(text: &str) -> Option<IpAddr> {
     let text = text.trim();
     if let Some(rest) = text.strip_prefix('[') {
         let (inner, after) = rest.split_once(']')?;
@@ -72,7 +70,7 @@ fn parse_port(text: &str) -> Option<u16> {
 /// line's items right-to-left, skipping empty items: the first untrusted address is the client; a
 /// malformed item (or a chain longer than we are willing to read) distrusts the whole header and
 /// the peer is the client; if every hop is trusted the left-most one is. `None` peer → `None`.
-pub fn resolve_client(
+pub(crate) fn resolve_client(
     peer: Option<IpAddr>,
     forwarded_for: &HeaderMap,
     is_trusted: impl Fn(IpAddr) -> bool,
@@ -108,7 +106,7 @@ pub fn resolve_client(
 
 /// True when the client asks for HTML: one of its `Accept` values mentions `text/html`
 /// (media types compare case-insensitively).
-pub fn is_html_client(headers: &HeaderMap) -> bool {
+pub(crate) fn is_html_client(headers: &HeaderMap) -> bool {
     headers.get_all(ACCEPT).iter().any(accepts_html)
 }
 
@@ -118,86 +116,6 @@ fn accepts_html(value: &HeaderValue) -> bool {
         .as_bytes()
         .windows(NEEDLE.len())
         .any(|window| window.eq_ignore_ascii_case(NEEDLE))
-}
-
-/// The unit that strikes and bans apply to: one IPv4 address, or one IPv6 /64 (a single
-/// subscriber usually holds a whole /64, so banning one address of it would be pointless).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum AbuseKey {
-    /// A single IPv4 address (IPv4-mapped IPv6 addresses land here too).
-    V4(Ipv4Addr),
-    /// An IPv6 /64 network; the stored address has its 64 host bits cleared.
-    V6(Ipv6Addr),
-}
-
-/// Host bits of an IPv6 /64 network.
-const V6_NETWORK_MASK: u128 = !0u128 << 64;
-
-impl AbuseKey {
-    /// The key an address belongs to.
-    pub fn from_ip(ip: IpAddr) -> AbuseKey {
-        match unmap(ip) {
-            IpAddr::V4(v4) => AbuseKey::V4(v4),
-            IpAddr::V6(v6) => AbuseKey::V6(Ipv6Addr::from_bits(v6.to_bits() & V6_NETWORK_MASK)),
-        }
-    }
-
-    /// Parses a key from an address (`203.0.113.7`, `2001:db8::1`), an address with its key's
-    /// prefix length (`203.0.113.7/32`, `2001:db8:1:2::/64`, or any address inside that /64
-    /// written with `/64`). Other prefix lengths and garbage give `None`.
-    pub fn parse(text: &str) -> Option<AbuseKey> {
-        let text = text.trim();
-        let Some((addr, len)) = text.split_once('/') else {
-            return parse_bare(text).map(AbuseKey::from_ip);
-        };
-        let ip = addr.parse::<IpAddr>().ok()?;
-        let len: u8 = parse_port(len).and_then(|n| u8::try_from(n).ok())?;
-        match (ip, len) {
-            (IpAddr::V4(_), 32) | (IpAddr::V6(_), 64) => Some(AbuseKey::from_ip(ip)),
-            // `::ffff:a.b.c.d/128` names exactly one IPv4 address.
-            (IpAddr::V6(v6), 128) if v6.to_ipv4_mapped().is_some() => Some(AbuseKey::from_ip(ip)),
-            _ => None,
-        }
-    }
-
-    /// The network this key covers: a /32 for IPv4, a /64 for IPv6.
-    pub fn network(self) -> ipnet::IpNet {
-        match self {
-            AbuseKey::V4(v4) => ipnet::IpNet::V4(ipnet::Ipv4Net::from(v4)),
-            AbuseKey::V6(v6) => match ipnet::Ipv6Net::new(v6, 64) {
-                Ok(net) => ipnet::IpNet::V6(net),
-                // 64 is always a valid IPv6 prefix length.
-                Err(_) => ipnet::IpNet::V6(ipnet::Ipv6Net::from(v6)),
-            },
-        }
-    }
-
-    /// Whether `ip` falls under this key.
-    pub fn contains(self, ip: IpAddr) -> bool {
-        AbuseKey::from_ip(ip) == self
-    }
-}
-
-impl fmt::Display for AbuseKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AbuseKey::V4(v4) => v4.fmt(f),
-            AbuseKey::V6(v6) => write!(f, "{v6}/64"),
-        }
-    }
-}
-
-/// The text given as an abuse key is neither an address nor a /32 or /64.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not an IP address or /64 network: {0:?}")]
-pub struct InvalidAbuseKey(pub String);
-
-impl FromStr for AbuseKey {
-    type Err = InvalidAbuseKey;
-
-    fn from_str(text: &str) -> Result<AbuseKey, InvalidAbuseKey> {
-        AbuseKey::parse(text).ok_or_else(|| InvalidAbuseKey(text.to_owned()))
-    }
 }
 
 #[cfg(test)]
@@ -458,70 +376,9 @@ mod tests {
         assert!(is_html_client(&accept(&["application/json", "text/html"])));
     }
 
-    #[test]
-    fn ipv6_addresses_in_one_64_share_a_key() {
-        let a = AbuseKey::from_ip(ip("2001:db8:1:2:aaaa::1"));
-        let b = AbuseKey::from_ip(ip("2001:db8:1:2:ffff::9"));
-        let c = AbuseKey::from_ip(ip("2001:db8:1:3::1"));
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-        assert_eq!(a.to_string(), "2001:db8:1:2::/64");
-        assert!(a.contains(ip("2001:db8:1:2::77")));
-        assert!(!a.contains(ip("2001:db8:1:3::77")));
-        assert_eq!(a.network().to_string(), "2001:db8:1:2::/64");
-    }
 
-    #[test]
-    fn mapped_ipv4_keys_as_plain_ipv4() {
-        let key = AbuseKey::from_ip(ip("::ffff:203.0.113.7"));
-        assert_eq!(key, AbuseKey::V4(Ipv4Addr::new(203, 0, 113, 7)));
-        assert_eq!(key.to_string(), "203.0.113.7");
-        assert_eq!(key.network().to_string(), "203.0.113.7/32");
-    }
 
-    #[test]
-    fn invalid_address_is_untracked() {
-        assert_eq!(AbuseKey::parse("nope"), None);
-        assert_eq!(
-            resolve_client(None, &HeaderMap::new(), |_| false).map(AbuseKey::from_ip),
-            None
-        );
-    }
 
-    #[test]
-    fn abuse_key_parses_addresses_and_networks() {
-        let v6 = AbuseKey::from_ip(ip("2001:db8:1:2::"));
-        for text in [
-            "2001:db8:1:2::/64",
-            "2001:db8:1:2::5/64",
-            "2001:db8:1:2:aaaa::1",
-            " 2001:db8:1:2::1 ",
-        ] {
-            assert_eq!(AbuseKey::parse(text), Some(v6), "{text:?}");
-        }
-        let v4 = AbuseKey::V4(Ipv4Addr::new(203, 0, 113, 7));
-        for text in [
-            "203.0.113.7",
-            "203.0.113.7/32",
-            "::ffff:203.0.113.7",
-            "::ffff:203.0.113.7/128",
-        ] {
-            assert_eq!(AbuseKey::parse(text), Some(v4), "{text:?}");
-        }
-        for bad in [
-            "",
-            "nope",
-            "203.0.113.0/24",
-            "2001:db8::/48",
-            "2001:db8::/",
-            "1.2.3/32",
-            "2001:db8::1/128",
-        ] {
-            assert_eq!(AbuseKey::parse(bad), None, "{bad:?}");
-        }
-        assert_eq!("2001:db8:1:2::/64".parse::<AbuseKey>(), Ok(v6));
-        assert!("nope".parse::<AbuseKey>().is_err());
-    }
 
     proptest::proptest! {
         #[test]
@@ -547,27 +404,6 @@ mod tests {
                 .any(|item| item == got);
             proptest::prop_assert!(got == peer || from_items);
         }
-
-        #[test]
-        fn abuse_key_text_round_trips_for_any_address(bits in proptest::num::u128::ANY, v4 in proptest::bool::ANY) {
-            let address = if v4 {
-                IpAddr::V4(Ipv4Addr::from_bits(bits as u32))
-            } else {
-                IpAddr::V6(Ipv6Addr::from_bits(bits))
-            };
-            let key = AbuseKey::from_ip(address);
-            proptest::prop_assert!(key.contains(address));
-            proptest::prop_assert_eq!(AbuseKey::parse(&key.to_string()), Some(key));
-            proptest::prop_assert_eq!(AbuseKey::parse(&address.to_string()), Some(key));
-        }
     }
 
-    #[test]
-    fn abuse_key_display_round_trips() {
-        for text in ["203.0.113.7", "2001:db8:1:2::/64", "::/64"] {
-            let key = AbuseKey::parse(text).unwrap();
-            assert_eq!(key.to_string(), text);
-            assert_eq!(AbuseKey::parse(&key.to_string()), Some(key));
-        }
-    }
 }

@@ -24,7 +24,7 @@
 mod access_log;
 mod ban;
 mod gated;
-pub mod identity;
+pub(crate) mod identity;
 mod inspect;
 mod origin;
 mod pass_check;
@@ -55,7 +55,7 @@ use crate::app::App;
 use crate::endpoints;
 use routes::Stage;
 
-pub use request::{ConnInfo, RequestInfo};
+pub use request::ConnInfo;
 
 /// The pipeline for one request. Never panics on input; every refusal is a
 /// [`crate::respond::Rejection`].
@@ -64,7 +64,7 @@ pub use request::{ConnInfo, RequestInfo};
 /// `Service` must name its future, which today means boxing it, and the connection info would
 /// travel in the request's extensions, an allocation of its own. Both cost an allocation per
 /// request on the hot path (`tests/allocations.rs` counts them) for nothing the server needs.
-pub async fn handle<B>(app: Arc<App>, conn: ConnInfo, req: Request<B>) -> Response<Body>
+pub(crate) async fn handle<B>(app: Arc<App>, conn: ConnInfo, req: Request<B>) -> Response<Body>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,

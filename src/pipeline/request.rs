@@ -13,7 +13,7 @@ pub struct ConnInfo {
 }
 
 /// What the pipeline learned about a request before routing it.
-pub struct RequestInfo {
+pub(crate) struct RequestInfo {
     pub conn: ConnInfo,
     pub client: Option<IpAddr>,
     /// The client prefers HTML (a browser): refusals come as pages.
@@ -25,12 +25,12 @@ pub struct RequestInfo {
 }
 
 impl RequestInfo {
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         &self.target[..self.path_len]
     }
 
     /// The query with its `?`, or empty.
-    pub fn query(&self) -> &str {
+    pub(crate) fn query(&self) -> &str {
         &self.target[self.path_len..]
     }
 }

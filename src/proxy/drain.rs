@@ -43,7 +43,7 @@ impl Drain {
 /// Lets an event stream (`Content-Type: text/event-stream`) end once the drain starts, so a
 /// stop does not wait out its grace period for answers that never finish; every other response
 /// passes unchanged and keeps the whole grace period.
-pub fn end_event_stream_on_drain(response: Response<Body>, drain: &Drain) -> Response<Body> {
+pub(crate) fn end_event_stream_on_drain(response: Response<Body>, drain: &Drain) -> Response<Body> {
     if !is_event_stream(response.headers()) {
         return response;
     }

@@ -46,8 +46,8 @@ use crate::sys::coarse_clock;
 use crate::sys::slots::SlotHold;
 use crate::wire::names::CONCERT_PRIORITY;
 
-pub use drain::{Drain, end_event_stream_on_drain};
-pub use error::{FailureCounts, Fault, ProxyError};
+pub(crate) use drain::{Drain, end_event_stream_on_drain};
+pub(crate) use error::{FailureCounts, Fault, ProxyError};
 
 /// Bytes reserved in a request head for the headers the proxy adds (`Host`,
 /// `X-Forwarded-For`, `-Host` and `-Proto`); more only costs a regrowth.
@@ -93,7 +93,7 @@ pub struct ForwardContext<'a> {
 /// every response and leaves it here, in the response's extensions, which never reach the
 /// client: only the gated handler turns it into a grant.
 #[derive(Debug, Clone)]
-pub struct OriginPriority(pub HeaderValue);
+pub(crate) struct OriginPriority(pub HeaderValue);
 
 /// What every origin response head gets before it goes to the client: the proxy's own HTTP
 /// version (RFC 9110 §6.2; an HTTP/1.0 origin must not make the client's connection HTTP/1.0),

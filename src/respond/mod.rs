@@ -6,7 +6,7 @@
 //! client prefers; both it and the bare rejection (API form) are `IntoResponse`.
 
 mod pages;
-pub mod values;
+pub(crate) mod values;
 
 use axum::body::Body;
 use axum::response::IntoResponse;
@@ -16,7 +16,7 @@ use crate::abuse::{BanLength, Offense};
 use values::{HTML, JSON, NO_STORE, TEXT};
 
 /// `Retry-After` seconds when every stream slot is taken.
-pub const STREAMS_FULL_RETRY_AFTER: u32 = 5;
+pub(crate) const STREAMS_FULL_RETRY_AFTER: u32 = 5;
 /// `Retry-After` seconds when an asset pool stays full: asset requests are short, so the
 /// browser may try again at once.
 const ASSET_POOL_RETRY_AFTER: u32 = 1;

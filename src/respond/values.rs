@@ -3,15 +3,15 @@
 use axum::body::Body;
 use http::{HeaderValue, Response, StatusCode, header};
 
-pub const JSON: HeaderValue = HeaderValue::from_static("application/json; charset=utf-8");
-pub const HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");
-pub const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+pub(crate) const JSON: HeaderValue = HeaderValue::from_static("application/json; charset=utf-8");
+pub(crate) const HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");
+pub(crate) const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 /// Every answer Concert makes itself is about this moment (a position, a ban, a count), so no
 /// cache may keep it.
-pub const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+pub(crate) const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 
 /// A JSON answer with `status`, never cached.
-pub fn json_response(status: StatusCode, body: String) -> Response<Body> {
+pub(crate) fn json_response(status: StatusCode, body: String) -> Response<Body> {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -21,14 +21,6 @@ pub fn json_response(status: StatusCode, body: String) -> Response<Body> {
 }
 
 /// `{"error": message}` with `status`.
-pub fn error_json(status: StatusCode, message: &str) -> Response<Body> {
+pub(crate) fn error_json(status: StatusCode, message: &str) -> Response<Body> {
     json_response(status, serde_json::json!({ "error": message }).to_string())
-}
-
-/// A short plain-text answer with `status`.
-pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, TEXT);
-    response
 }

@@ -23,17 +23,17 @@ use std::collections::BTreeMap;
 use super::ledger::CountTree;
 
 /// `sub` of a key created by an arrival; promoted keys use smaller values.
-pub const ORIGINAL: u64 = u64::MAX;
+pub(super) const ORIGINAL: u64 = u64::MAX;
 
 /// A place in line: ticket number plus an ordering slot for promotions in front of that number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key {
+pub(super) struct Key {
     pub number: u64,
     pub sub: u64,
 }
 
 impl Key {
-    pub fn original(number: u64) -> Key {
+    pub(super) fn original(number: u64) -> Key {
         Key {
             number,
             sub: ORIGINAL,
@@ -68,7 +68,7 @@ pub enum PromoteError {
 
 /// The line's counters and order-statistics structures.
 #[derive(Debug, Clone)]
-pub struct Line {
+pub(super) struct Line {
     next_ticket: u64,
     /// Extra keys created by promotions (each also leaves a ghost behind).
     promotions: u64,
@@ -86,7 +86,7 @@ pub struct Line {
 }
 
 impl Line {
-    pub fn new(cap: u64) -> Line {
+    pub(super) fn new(cap: u64) -> Line {
         Line {
             next_ticket: 0,
             promotions: 0,
@@ -100,47 +100,47 @@ impl Line {
         }
     }
 
-    pub fn cap(&self) -> u64 {
+    pub(super) fn cap(&self) -> u64 {
         self.cap
     }
 
-    pub fn now_serving(&self) -> u64 {
+    pub(super) fn now_serving(&self) -> u64 {
         self.now_serving
     }
 
     /// Keys ever issued: arrivals plus promotions.
-    pub fn issued(&self) -> u64 {
+    pub(super) fn issued(&self) -> u64 {
         self.next_ticket + self.promotions
     }
 
-    pub fn ghost_count(&self) -> u64 {
+    pub(super) fn ghost_count(&self) -> u64 {
         self.ghosts.len()
     }
 
-    pub fn edge(&self) -> u64 {
+    pub(super) fn edge(&self) -> u64 {
         self.now_serving.saturating_add(self.cap)
     }
 
     /// True before anything was issued (snapshot import needs a pristine line).
-    pub fn is_pristine(&self) -> bool {
+    pub(super) fn is_pristine(&self) -> bool {
         self.issued() == 0 && self.now_serving == 0
     }
 
     /// Keys beyond the edge that are not ghosts (may include abandoned ready tickets).
-    pub fn queue_depth(&self) -> u64 {
+    pub(super) fn queue_depth(&self) -> u64 {
         self.issued()
             .saturating_sub(self.edge())
             .saturating_sub(self.ghosts.len())
     }
 
     /// Issues the next arrival's key.
-    pub fn issue(&mut self) -> Key {
+    pub(super) fn issue(&mut self) -> Key {
         self.next_ticket += 1;
         Key::original(self.next_ticket)
     }
 
     /// Number of keys ever issued that sort at or before `key`.
-    pub fn rank(&self, key: Key) -> u64 {
+    pub(super) fn rank(&self, key: Key) -> u64 {
         if key.number + 1 < self.fold_floor {
             // Folded numbers were at or below `now_serving` when folded, so they stay ready; only
             // the last folded number (the boundary) still needs its exact rank.
@@ -186,12 +186,12 @@ impl Line {
         below_number + same_number
     }
 
-    pub fn is_ready(&self, key: Key) -> bool {
+    pub(super) fn is_ready(&self, key: Key) -> bool {
         self.rank(key) <= self.edge()
     }
 
     /// Position of a held key: ≥ 1 while waiting, ≤ 0 once ready.
-    pub fn position(&self, key: Key) -> i64 {
+    pub(super) fn position(&self, key: Key) -> i64 {
         let rank = self.rank(key);
         let edge = self.edge();
         if rank <= edge {
@@ -202,7 +202,7 @@ impl Line {
 
     /// A visitor who held a slot finished. Returns how many places the waiting visitors moved
     /// forward: always one, however many ghosts the edge passes on the way.
-    pub fn release(&mut self) -> u64 {
+    pub(super) fn release(&mut self) -> u64 {
         self.now_serving += 1;
         self.consume();
         1
@@ -212,7 +212,7 @@ impl Line {
     /// places the waiting visitors moved forward: one when the key held a place in the window,
     /// none when it was still waiting (it becomes a ghost; only those behind it move, and
     /// they read that at once in their position).
-    pub fn retire(&mut self, key: Key) -> u64 {
+    pub(super) fn retire(&mut self, key: Key) -> u64 {
         if self.is_ready(key) {
             // Already inside the window: it ends now, no ghost needed.
             self.mark_promoted(key, PromotedState::Ended);
@@ -227,7 +227,7 @@ impl Line {
     }
 
     /// An admitted key ended through `release`; promoted keys need their marker updated.
-    pub fn mark_ended(&mut self, key: Key) {
+    pub(super) fn mark_ended(&mut self, key: Key) {
         self.mark_promoted(key, PromotedState::Ended);
     }
 
@@ -240,7 +240,7 @@ impl Line {
     }
 
     /// A cap change moves the edge at once; ghosts it reaches are consumed.
-    pub fn set_cap(&mut self, cap: u64) {
+    pub(super) fn set_cap(&mut self, cap: u64) {
         self.cap = cap.max(1);
         self.consume();
     }
@@ -337,7 +337,7 @@ impl Line {
 
     /// Moves a waiting key to `position`. Returns the new key, or `None` when it is already at or
     /// ahead of that position.
-    pub fn promote(&mut self, key: Key, position: u64) -> Result<Option<Key>, PromoteError> {
+    pub(super) fn promote(&mut self, key: Key, position: u64) -> Result<Option<Key>, PromoteError> {
         if position == 0 {
             return Err(PromoteError::InvalidPosition);
         }

@@ -16,19 +16,19 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::line::Key;
 
-pub use crate::sys::shard::SHARD_COUNT;
+pub(super) use crate::sys::shard::SHARD_COUNT;
 
 /// Raw token: 16 random bytes, sent to the client as 32 lowercase hex digits.
-pub type TokenId = [u8; 16];
+pub(super) type TokenId = [u8; 16];
 
-pub const SEEN: u8 = 1;
-pub const PROMOTED: u8 = 2;
-pub const HAS_PASS: u8 = 4;
+pub(super) const SEEN: u8 = 1;
+pub(super) const PROMOTED: u8 = 2;
+pub(super) const HAS_PASS: u8 = 4;
 /// Re-send cookies on the next accepted poll (set for restored tickets).
-pub const REFRESH_DUE: u8 = 8;
+pub(super) const REFRESH_DUE: u8 = 8;
 
 /// `last_poll` holds a time (a ticket polled at its very first millisecond has offset 0).
-pub const POLLED: u8 = 16;
+pub(super) const POLLED: u8 = 16;
 
 /// One waiting visitor.
 ///
@@ -37,7 +37,7 @@ pub const POLLED: u8 = 16;
 /// line for longer moves `created` forward as needed: every time within 49 days of the newest
 /// stays exact, and only older ones (the joining time, mostly) are clamped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Entry {
+pub(super) struct Entry {
     pub key: Key,
     /// Room clock, milliseconds.
     created: u64,
@@ -51,7 +51,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn new(key: Key, now: u64, client: Option<IpAddr>) -> Entry {
+    pub(super) fn new(key: Key, now: u64, client: Option<IpAddr>) -> Entry {
         Entry {
             key,
             created: now,
@@ -64,11 +64,11 @@ impl Entry {
         }
     }
 
-    pub fn has(&self, flag: u8) -> bool {
+    pub(super) fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0
     }
 
-    pub fn set(&mut self, flag: u8, on: bool) {
+    pub(super) fn set(&mut self, flag: u8, on: bool) {
         if on {
             self.flags |= flag;
         } else {
@@ -76,13 +76,13 @@ impl Entry {
         }
     }
 
-    pub fn created(&self) -> u64 {
+    pub(super) fn created(&self) -> u64 {
         self.created
     }
 
     /// The visitor came back with the cookie: seen now, cookies sent again now, pass status as
     /// found. Returns whether this is the first sign of them (the entry was not yet `SEEN`).
-    pub fn came_back(&mut self, now: u64, has_pass: bool) -> bool {
+    pub(super) fn came_back(&mut self, now: u64, has_pass: bool) -> bool {
         let first_sign = !self.has(SEEN);
         self.set_last_seen(now);
         self.set_cookie_set_at(now);
@@ -92,30 +92,30 @@ impl Entry {
         first_sign
     }
 
-    pub fn last_seen(&self) -> u64 {
+    pub(super) fn last_seen(&self) -> u64 {
         self.created + u64::from(self.seen_after)
     }
 
-    pub fn set_last_seen(&mut self, at: u64) {
+    pub(super) fn set_last_seen(&mut self, at: u64) {
         self.seen_after = self.offset_of(at);
     }
 
     /// `None` until the first status poll.
-    pub fn last_poll(&self) -> Option<u64> {
+    pub(super) fn last_poll(&self) -> Option<u64> {
         self.has(POLLED)
             .then(|| self.created + u64::from(self.polled_after))
     }
 
-    pub fn set_last_poll(&mut self, at: u64) {
+    pub(super) fn set_last_poll(&mut self, at: u64) {
         self.polled_after = self.offset_of(at);
         self.set(POLLED, true);
     }
 
-    pub fn cookie_set_at(&self) -> u64 {
+    pub(super) fn cookie_set_at(&self) -> u64 {
         self.created + u64::from(self.cookie_after)
     }
 
-    pub fn set_cookie_set_at(&mut self, at: u64) {
+    pub(super) fn set_cookie_set_at(&mut self, at: u64) {
         self.cookie_after = self.offset_of(at);
     }
 
@@ -137,14 +137,14 @@ impl Entry {
     }
 }
 
-pub type Shard = HashMap<TokenId, Entry>;
+pub(super) type Shard = HashMap<TokenId, Entry>;
 
 /// Stale entries in the unproven order tolerated beyond twice the live ones before the reaper
 /// compacts it.
 const ORDER_SLACK: u64 = 1_024;
 
 #[derive(Debug)]
-pub struct TokenStore {
+pub(super) struct TokenStore {
     shards: Box<[Mutex<Shard>]>,
     count: AtomicU64,
     /// Live tokens without `SEEN`.
@@ -156,7 +156,7 @@ pub struct TokenStore {
 }
 
 impl TokenStore {
-    pub fn new() -> TokenStore {
+    pub(super) fn new() -> TokenStore {
         TokenStore {
             shards: (0..SHARD_COUNT)
                 .map(|_| Mutex::new(HashMap::new()))
@@ -167,35 +167,35 @@ impl TokenStore {
         }
     }
 
-    pub fn shard_index(token: &TokenId) -> usize {
+    pub(super) fn shard_index(token: &TokenId) -> usize {
         crate::sys::shard::staggered(u32::from_le_bytes([token[0], token[1], token[2], token[3]]))
     }
 
-    pub fn lock_for(&self, token: &TokenId) -> MutexGuard<'_, Shard> {
+    pub(super) fn lock_for(&self, token: &TokenId) -> MutexGuard<'_, Shard> {
         self.shards[Self::shard_index(token)].lock()
     }
 
-    pub fn lock_shard(&self, index: usize) -> MutexGuard<'_, Shard> {
+    pub(super) fn lock_shard(&self, index: usize) -> MutexGuard<'_, Shard> {
         self.shards[index % SHARD_COUNT].lock()
     }
 
     /// Live tokens.
-    pub fn len(&self) -> u64 {
+    pub(super) fn len(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
 
     /// Live tokens that have not been seen since their page was sent.
-    pub fn unproven(&self) -> u64 {
+    pub(super) fn unproven(&self) -> u64 {
         self.unproven.load(Ordering::Relaxed)
     }
 
     /// Live tokens that have been seen (polled, or came back with their cookie).
-    pub fn proven(&self) -> u64 {
+    pub(super) fn proven(&self) -> u64 {
         self.len().saturating_sub(self.unproven())
     }
 
     /// Call with the shard locked, after inserting `entry` under a new `token`.
-    pub fn note_added(&self, token: &TokenId, entry: &Entry) {
+    pub(super) fn note_added(&self, token: &TokenId, entry: &Entry) {
         self.count.fetch_add(1, Ordering::Relaxed);
         if !entry.has(SEEN) {
             self.unproven.fetch_add(1, Ordering::Relaxed);
@@ -204,7 +204,7 @@ impl TokenStore {
     }
 
     /// Call with the shard locked, after removing `entry` (as it was stored).
-    pub fn note_removed(&self, entry: &Entry) {
+    pub(super) fn note_removed(&self, entry: &Entry) {
         self.count.fetch_sub(1, Ordering::Relaxed);
         if !entry.has(SEEN) {
             self.unproven.fetch_sub(1, Ordering::Relaxed);
@@ -212,17 +212,17 @@ impl TokenStore {
     }
 
     /// Call with the shard locked, when a stored entry that lacked `SEEN` gets it.
-    pub fn note_proven(&self) {
+    pub(super) fn note_proven(&self) {
         self.unproven.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// The oldest token in the unproven order (it may since have been seen or removed).
-    pub fn oldest_unproven(&self) -> Option<TokenId> {
+    pub(super) fn oldest_unproven(&self) -> Option<TokenId> {
         self.unproven_order.lock().front().copied()
     }
 
     /// Drops `token` from the front of the unproven order if it is still there.
-    pub fn pop_oldest_unproven(&self, token: &TokenId) {
+    pub(super) fn pop_oldest_unproven(&self, token: &TokenId) {
         let mut order = self.unproven_order.lock();
         if order.front() == Some(token) {
             order.pop_front();
@@ -230,14 +230,14 @@ impl TokenStore {
     }
 
     /// Whether the unproven order holds entries for tokens that were seen or removed.
-    pub fn unproven_order_has_stale(&self) -> bool {
+    pub(super) fn unproven_order_has_stale(&self) -> bool {
         self.unproven_order.lock().len() as u64 > self.unproven()
     }
 
     /// Drops stale entries from the unproven order once they clearly outnumber the live ones
     /// (stale entries stuck behind a live token too young to shed). One lookup per entry, so it
     /// belongs to the reaper, not to requests.
-    pub fn compact_unproven_order(&self) {
+    pub(super) fn compact_unproven_order(&self) {
         let taken = {
             let mut order = self.unproven_order.lock();
             if order.len() as u64 <= 2 * self.unproven() + ORDER_SLACK {
@@ -260,13 +260,13 @@ impl TokenStore {
     }
 
     #[cfg(test)]
-    pub fn unproven_order_len(&self) -> usize {
+    pub(super) fn unproven_order_len(&self) -> usize {
         self.unproven_order.lock().len()
     }
 
     /// Counts unproven tokens the slow way, to check the running count in tests.
     #[cfg(test)]
-    pub fn unproven_by_scan(&self) -> u64 {
+    pub(super) fn unproven_by_scan(&self) -> u64 {
         (0..SHARD_COUNT)
             .map(|index| {
                 self.lock_shard(index)
@@ -279,7 +279,7 @@ impl TokenStore {
 }
 
 /// Parses a `room_ticket` cookie value (32 hex digits).
-pub fn parse_token(text: &str) -> Option<TokenId> {
+pub(super) fn parse_token(text: &str) -> Option<TokenId> {
     let mut token = [0u8; 16];
     if text.len() != 32 {
         return None;
@@ -288,14 +288,14 @@ pub fn parse_token(text: &str) -> Option<TokenId> {
     Some(token)
 }
 
-pub fn token_hex(token: &TokenId) -> String {
+pub(super) fn token_hex(token: &TokenId) -> String {
     hex::encode(token)
 }
 
 /// Approximate heap bytes one queued visitor costs in the store: the map's key/value slot plus one
 /// control byte, divided by the worst load factor a hash table keeps right after growing (7/16).
 #[cfg(test)]
-pub fn bytes_per_entry_estimate() -> usize {
+pub(super) fn bytes_per_entry_estimate() -> usize {
     let slot = std::mem::size_of::<(TokenId, Entry)>() + 1;
     slot * 16 / 7
 }

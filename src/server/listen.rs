@@ -7,7 +7,7 @@ use tokio::net::TcpListener;
 use super::ServeError;
 
 /// Parses a listen address the way Go does: `:8080` means every interface, `host:port` a host.
-pub fn parse_listen(addr: &str) -> Result<Vec<SocketAddr>, String> {
+pub(crate) fn parse_listen(addr: &str) -> Result<Vec<SocketAddr>, String> {
     let addr = addr.trim();
     if let Some(port) = addr.strip_prefix(':') {
         let port: u16 = port.parse().map_err(|_| format!("bad port in {addr:?}"))?;
@@ -38,7 +38,7 @@ pub fn parse_listen(addr: &str) -> Result<Vec<SocketAddr>, String> {
 }
 
 /// Binds the main listener. Errors name the address, as operators grep for `listen`.
-pub async fn bind(addr: &str) -> Result<TcpListener, ServeError> {
+pub(crate) async fn bind(addr: &str) -> Result<TcpListener, ServeError> {
     let candidates = parse_listen(addr).map_err(|msg| ServeError::Listen {
         addr: addr.to_string(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, msg),

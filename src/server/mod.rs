@@ -19,10 +19,10 @@ use crate::sys::workers::{SHARE_STEP_ASIDE_LIMIT, WorkerLoad, become_worker, wor
 
 use connection::{connection_builder, serve_connection};
 
-pub use listen::{bind, parse_listen};
+pub(crate) use listen::bind;
 
 /// How long in-flight requests get to finish on shutdown.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -45,7 +45,7 @@ pub enum ServeError {
 /// connections spread between them): the way nginx's worker processes divide a machine,
 /// without a work-stealing scheduler's hand-offs between cores. Workers that the scheduler puts
 /// on one core take turns on it (see [`crate::sys::core_turns`]).
-pub async fn serve_workers(
+pub(crate) async fn serve_workers(
     listener: TcpListener,
     app: Arc<App>,
     shutdown: impl Future<Output = ()>,

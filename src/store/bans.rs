@@ -10,12 +10,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{DataDir, PersistError};
 
-pub const BANS_FILE: &str = "bans.json";
+pub(crate) const BANS_FILE: &str = "bans.json";
 
 /// `bans.json`: every client with offense history (expired bans too, so escalation survives a
 /// restart) and the active range bans.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct BansFile {
+pub(crate) struct BansFile {
     #[serde(default)]
     pub version: u32,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -26,7 +26,7 @@ pub struct BansFile {
 
 /// Restores bans at start. Anything but a missing file that cannot be read exactly stops
 /// start-up: silently starting without them would lift permanent bans.
-pub fn load_bans(dir: &DataDir, registry: &Registry) -> Result<ImportReport, PersistError> {
+pub(crate) fn load_bans(dir: &DataDir, registry: &Registry) -> Result<ImportReport, PersistError> {
     let path = dir.file(BANS_FILE);
     let Some(bytes) = dir.read(BANS_FILE)? else {
         return Ok(ImportReport::default());
@@ -48,7 +48,7 @@ pub fn load_bans(dir: &DataDir, registry: &Registry) -> Result<ImportReport, Per
 }
 
 /// Writes the registry's bans and offense history.
-pub fn save_bans(dir: &DataDir, registry: &Registry) -> Result<(), PersistError> {
+pub(crate) fn save_bans(dir: &DataDir, registry: &Registry) -> Result<(), PersistError> {
     let _ordered = dir.ordered();
     let file = BansFile {
         version: 1,
@@ -66,7 +66,7 @@ pub fn save_bans(dir: &DataDir, registry: &Registry) -> Result<(), PersistError>
 /// `stop` ends the task between saves, never during one: a save runs on the blocking pool and
 /// holds the data directory (and its lock) until it is done, so aborting the task instead would
 /// let the process report itself stopped while a write still holds the lock.
-pub fn spawn_ban_writer(
+pub(crate) fn spawn_ban_writer(
     dir: Arc<DataDir>,
     registry: Arc<Registry>,
     stop: CancellationToken,

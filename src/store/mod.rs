@@ -15,9 +15,9 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use bans::{BANS_FILE, BansFile, load_bans, save_bans, spawn_ban_writer};
-pub use queue::{QUEUE_FILE, clear_queue, restore_queue, save_queue, spawn_queue_snapshots};
-pub use settings::{SETTINGS_FILE, SettingsFile, apply_settings_file, save_settings};
+pub(crate) use bans::{load_bans, save_bans, spawn_ban_writer};
+pub(crate) use queue::{clear_queue, restore_queue, save_queue, spawn_queue_snapshots};
+pub(crate) use settings::{SETTINGS_FILE, apply_settings_file, save_settings};
 
 const LOCK_FILE: &str = ".lock";
 
@@ -39,7 +39,7 @@ pub enum PersistError {
 /// so a process that forked while the previous instance held it (a supervisor or test harness
 /// starting something else) keeps it held until that child execs or exits, a moment after the
 /// previous instance let go; a restart right then would otherwise be refused.
-pub const LOCK_PATIENCE: Duration = Duration::from_millis(500);
+pub(crate) const LOCK_PATIENCE: Duration = Duration::from_millis(500);
 
 const LOCK_RETRY: Duration = Duration::from_millis(10);
 
@@ -177,6 +177,7 @@ pub(crate) fn json_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::queue::QUEUE_FILE;
 
     #[test]
     fn creates_the_dir_private_and_writes_0600_atomically() {

@@ -8,12 +8,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{DataDir, PersistError};
 
-pub const QUEUE_FILE: &str = "queue.snapshot";
+pub(crate) const QUEUE_FILE: &str = "queue.snapshot";
 
 /// Restores the line saved at the last stop (or by the periodic snapshot before a crash), then
 /// deletes the file so it is never imported twice. A malformed file is set aside as `.bad` and
 /// start-up goes on with an empty line; an unreadable one is left where it is.
-pub fn restore_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> {
+pub(crate) fn restore_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> {
     let path = dir.file(QUEUE_FILE);
     let bytes = match dir.read(QUEUE_FILE) {
         Ok(Some(bytes)) => bytes,
@@ -47,7 +47,7 @@ pub fn restore_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> 
 }
 
 /// Saves the line (tickets in order, with their tokens) for the next start.
-pub fn save_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> {
+pub(crate) fn save_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> {
     let _ordered = dir.ordered();
     let snapshot = room.export_snapshot(std::time::SystemTime::now());
     let count = snapshot.tickets.len();
@@ -60,7 +60,7 @@ pub fn save_queue(dir: &DataDir, room: &Room) -> Result<usize, PersistError> {
 }
 
 /// Removes a saved line that is no longer true (the line emptied), ordered with the saves.
-pub fn clear_queue(dir: &DataDir) -> Result<usize, PersistError> {
+pub(crate) fn clear_queue(dir: &DataDir) -> Result<usize, PersistError> {
     let _ordered = dir.ordered();
     dir.remove(QUEUE_FILE).map(|()| 0)
 }
@@ -70,7 +70,7 @@ pub fn clear_queue(dir: &DataDir) -> Result<usize, PersistError> {
 /// period stretches the period, which bounds the cost for very long lines.
 ///
 /// `stop` ends the task between writes, never during one (see [`spawn_ban_writer`]).
-pub fn spawn_queue_snapshots(
+pub(crate) fn spawn_queue_snapshots(
     dir: Arc<DataDir>,
     room: Arc<Room>,
     every: Duration,

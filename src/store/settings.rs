@@ -9,11 +9,11 @@ use std::path::Path;
 
 use super::{DataDir, PersistError, json_object};
 
-pub const SETTINGS_FILE: &str = "settings.json";
+pub(crate) const SETTINGS_FILE: &str = "settings.json";
 
 /// `settings.json`: only the values an operator changed at runtime.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct SettingsFile {
+pub(crate) struct SettingsFile {
     #[serde(default)]
     pub version: u32,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -28,7 +28,7 @@ pub struct SettingsFile {
 
 impl SettingsFile {
     /// Parses the file; a version from the future or invalid JSON is an error naming the file.
-    pub fn parse(path: &Path, bytes: &[u8]) -> Result<SettingsFile, PersistError> {
+    pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<SettingsFile, PersistError> {
         let corrupt = |message: String| PersistError::Corrupt {
             path: path.to_path_buf(),
             message,
@@ -45,7 +45,7 @@ impl SettingsFile {
     }
 
     /// Indented JSON with a trailing newline, as operators read and diff it.
-    pub fn render(&self) -> Vec<u8> {
+    pub(crate) fn render(&self) -> Vec<u8> {
         let mut bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
         bytes.push(b'\n');
         bytes
@@ -55,7 +55,7 @@ impl SettingsFile {
 /// Applies `settings.json` on top of flags/env/defaults. Unknown and restart-only keys are logged
 /// and skipped (an old file must not stop a newer binary); a value of the wrong type or out of
 /// range stops start-up naming the file. Returns how many values were applied.
-pub fn apply_settings_file(dir: &DataDir, config: &mut Config) -> Result<usize, PersistError> {
+pub(crate) fn apply_settings_file(dir: &DataDir, config: &mut Config) -> Result<usize, PersistError> {
     let path = dir.file(SETTINGS_FILE);
     let Some(bytes) = dir.read(SETTINGS_FILE)? else {
         return Ok(0);
@@ -98,7 +98,7 @@ pub fn apply_settings_file(dir: &DataDir, config: &mut Config) -> Result<usize, 
 }
 
 /// Writes every value whose source is the file (or a live change) to `settings.json`.
-pub fn save_settings(dir: &DataDir, config: &Config) -> Result<(), PersistError> {
+pub(crate) fn save_settings(dir: &DataDir, config: &Config) -> Result<(), PersistError> {
     let _ordered = dir.ordered();
     let mut file = SettingsFile {
         version: 1,

@@ -9,7 +9,7 @@
 //! instead of swinging between ~1.15 and ~2.3.
 
 /// Shards per table.
-pub const SHARD_COUNT: usize = 64;
+pub(crate) const SHARD_COUNT: usize = 64;
 
 /// 2^(1/64) as a 32.32 fixed-point number.
 const STEP_Q32: u64 = 4_341_736_423;
@@ -29,7 +29,7 @@ const EDGES: [u32; SHARD_COUNT - 1] = {
 
 /// The shard for a key whose `spread` bits are uniformly distributed (random token bytes, a
 /// keyed hash): shard `i` gets a `2^(i/64)`-weighted share.
-pub fn staggered(spread: u32) -> usize {
+pub(crate) fn staggered(spread: u32) -> usize {
     EDGES.partition_point(|edge| *edge <= spread)
 }
 

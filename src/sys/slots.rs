@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 
 /// Whatever keeps a page, asset or stream slot busy for the life of an answer; dropping it
 /// releases the slot.
-pub type SlotHold = Box<dyn std::any::Any + Send + Sync>;
+pub(crate) type SlotHold = Box<dyn std::any::Any + Send + Sync>;
 
 /// Weight of the newest sample in the utilization average.
 const UTILIZATION_ALPHA: f64 = 0.1;

@@ -7,15 +7,15 @@ use std::io;
 use std::time::Duration;
 
 /// Names the socket systemd listens on for notifications.
-pub const NOTIFY_SOCKET_VAR: &str = "NOTIFY_SOCKET";
+pub(crate) const NOTIFY_SOCKET_VAR: &str = "NOTIFY_SOCKET";
 /// Watchdog period in microseconds, set by systemd when `WatchdogSec=` is configured.
-pub const WATCHDOG_USEC_VAR: &str = "WATCHDOG_USEC";
+pub(crate) const WATCHDOG_USEC_VAR: &str = "WATCHDOG_USEC";
 /// Process the watchdog applies to; absent means "this process".
-pub const WATCHDOG_PID_VAR: &str = "WATCHDOG_PID";
+pub(crate) const WATCHDOG_PID_VAR: &str = "WATCHDOG_PID";
 
 /// Where notifications go: a filesystem path or a Linux abstract-namespace name (`@name`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NotifyTarget {
+pub(crate) enum NotifyTarget {
     Path(std::path::PathBuf),
     Abstract(Vec<u8>),
 }
@@ -23,7 +23,7 @@ pub enum NotifyTarget {
 impl NotifyTarget {
     /// Parses a `NOTIFY_SOCKET` value. Anything but an absolute path or an `@` name is ignored,
     /// as the protocol defines no other forms.
-    pub fn parse(value: &str) -> Option<NotifyTarget> {
+    pub(crate) fn parse(value: &str) -> Option<NotifyTarget> {
         if let Some(name) = value.strip_prefix('@') {
             if name.is_empty() {
                 return None;
@@ -37,14 +37,14 @@ impl NotifyTarget {
     }
 
     /// The target named by the process environment, if any.
-    pub fn from_env() -> Option<NotifyTarget> {
+    pub(crate) fn from_env() -> Option<NotifyTarget> {
         let value = std::env::var(NOTIFY_SOCKET_VAR).ok()?;
         NotifyTarget::parse(&value)
     }
 
     /// Sends one notification datagram (`READY=1`, `STOPPING=1`, …).
     #[cfg(unix)]
-    pub fn send(&self, state: &str) -> io::Result<()> {
+    pub(crate) fn send(&self, state: &str) -> io::Result<()> {
         use std::os::unix::net::UnixDatagram;
         let socket = UnixDatagram::unbound()?;
         // A full receive queue must not stall the runtime; a lost notice is harmless.
@@ -99,19 +99,19 @@ fn notify(state: &str) {
 }
 
 /// Tells systemd the listener is bound and requests are being served.
-pub fn notify_ready() {
+pub(crate) fn notify_ready() {
     notify("READY=1\nSTATUS=serving");
 }
 
 /// Tells systemd a graceful stop has begun, so it waits for the drain instead of counting it as
 /// a hang.
-pub fn notify_stopping() {
+pub(crate) fn notify_stopping() {
     notify("STOPPING=1\nSTATUS=draining");
 }
 
 /// The interval at which to ping the watchdog: half the configured period, so one late tick never
 /// trips it. `None` when no watchdog applies to `own_pid`.
-pub fn watchdog_interval(usec: Option<&str>, pid: Option<&str>, own_pid: u32) -> Option<Duration> {
+pub(crate) fn watchdog_interval(usec: Option<&str>, pid: Option<&str>, own_pid: u32) -> Option<Duration> {
     if let Some(pid) = pid
         && pid.trim().parse::<u32>().ok() != Some(own_pid)
     {
@@ -126,7 +126,7 @@ pub fn watchdog_interval(usec: Option<&str>, pid: Option<&str>, own_pid: u32) ->
 
 /// Starts pinging the watchdog when systemd asked for one. The pings come from the async runtime,
 /// so a wedged runtime stops them and systemd restarts the service.
-pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
+pub(crate) fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
     let target = NotifyTarget::from_env()?;
     let usec = std::env::var(WATCHDOG_USEC_VAR).ok();
     let pid = std::env::var(WATCHDOG_PID_VAR).ok();

@@ -10,7 +10,7 @@ use std::fmt;
 const SECS_PER_DAY: i64 = 86_400;
 
 /// Writes `secs` + `nanos` since the Unix epoch as `YYYY-MM-DDTHH:MM:SS[.fraction]Z`.
-pub fn write_rfc3339(f: &mut fmt::Formatter<'_>, secs: i64, nanos: u32) -> fmt::Result {
+pub(crate) fn write_rfc3339(f: &mut fmt::Formatter<'_>, secs: i64, nanos: u32) -> fmt::Result {
     let days = secs.div_euclid(SECS_PER_DAY);
     let of_day = secs.rem_euclid(SECS_PER_DAY);
     let (year, month, day) = civil_from_days(days);
@@ -30,7 +30,7 @@ pub fn write_rfc3339(f: &mut fmt::Formatter<'_>, secs: i64, nanos: u32) -> fmt::
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` into seconds and nanoseconds since the
 /// Unix epoch. Fractions beyond nanoseconds are refused rather than silently rounded.
-pub fn parse_rfc3339(text: &str) -> Option<(i64, u32)> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<(i64, u32)> {
     let bytes = text.as_bytes();
     if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[13] != b':' {
         return None;

@@ -14,7 +14,7 @@ thread_local! {
 }
 
 /// The serving worker the current thread runs (see [`serve_workers`]); 0 outside workers.
-pub fn worker_index() -> usize {
+pub(crate) fn worker_index() -> usize {
     WORKER_INDEX.with(Cell::get)
 }
 

@@ -2,6 +2,6 @@
 //! parsers, and the HTTP/1 smuggling guard.
 
 pub(crate) mod codec;
-pub mod limits;
-pub mod names;
+pub(crate) mod limits;
+pub(crate) mod names;
 pub(crate) mod smuggling;

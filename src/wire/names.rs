@@ -2,8 +2,8 @@
 
 use http::HeaderName;
 
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 /// The origin's priority grant for the visitor it answers; never passed on to the client.
-pub const CONCERT_PRIORITY: HeaderName = HeaderName::from_static("concert-priority");
+pub(crate) const CONCERT_PRIORITY: HeaderName = HeaderName::from_static("concert-priority");
