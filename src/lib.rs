@@ -33,7 +33,7 @@ mod wire;
 mod test_origins;
 
 pub use app::{App, BuildError, ChangeError, Counters, Generation};
-pub use pipeline::{ConnInfo, Pipeline, router};
 pub use lifecycle::{
     QUEUE_SNAPSHOT_EVERY, Running, StartError, VERSION, run, run_to_end, start, start_on_workers,
 };
+pub use pipeline::{ConnInfo, Pipeline, router};

@@ -1,6 +1,8 @@
 //! Wall-clock time for the registry, injectable so tests can move it by hand.
 
+#[cfg(test)]
 use std::sync::atomic::{AtomicI64, Ordering};
+#[cfg(test)]
 use std::time::Duration;
 
 /// A source of wall-clock time in unix nanoseconds.
@@ -10,7 +12,7 @@ pub trait Clock: Send + Sync {
 
 /// The system clock.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_nanos(&self) -> i64 {
@@ -22,23 +24,25 @@ impl Clock for SystemClock {
 }
 
 /// A clock that only moves when told to.
+#[cfg(test)]
 #[derive(Debug, Default)]
-pub struct ManualClock {
+pub(crate) struct ManualClock {
     nanos: AtomicI64,
 }
 
+#[cfg(test)]
 impl ManualClock {
-    pub fn at(unix_nanos: i64) -> Self {
+    pub(crate) fn at(unix_nanos: i64) -> Self {
         ManualClock {
             nanos: AtomicI64::new(unix_nanos),
         }
     }
 
-    pub fn set(&self, unix_nanos: i64) {
+    pub(crate) fn set(&self, unix_nanos: i64) {
         self.nanos.store(unix_nanos, Ordering::SeqCst);
     }
 
-    pub fn advance(&self, by: Duration) {
+    pub(crate) fn advance(&self, by: Duration) {
         let by = i64::try_from(by.as_nanos()).unwrap_or(i64::MAX);
         let _ = self
             .nanos
@@ -48,6 +52,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(test)]
 impl Clock for ManualClock {
     fn now_nanos(&self) -> i64 {
         self.nanos.load(Ordering::SeqCst)

@@ -23,11 +23,17 @@ use std::time::Duration;
 
 use crate::config::{BanPathMatcher, CidrList, Config, PathList};
 
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use key::Key;
-pub use ranges::{BanTarget, MAX_RANGE_BANS};
-pub use record::{BanRecord, BanSnapshot, ImportReport, WallTime};
-pub use registry::{AbuseStats, BanOutcome, BanView, LineRemover, Registry, V6_KEYS_PER_48};
+pub use ranges::BanTarget;
+pub use registry::{AbuseStats, Registry};
+
+pub(crate) use record::{BanSnapshot, ImportReport};
+
+#[cfg(test)]
+use self::{
+    clock::{Clock, ManualClock},
+    record::{BanRecord, WallTime},
+    registry::V6_KEYS_PER_48,
+};
 
 /// What a client is struck for, and how much each weighs: guessing at secrets weighs most, a
 /// nuisance a real browser may also cause weighs least.
@@ -63,7 +69,7 @@ impl Offense {
 }
 
 /// `banned_until` of a permanent ban.
-pub const FOREVER: i64 = i64::MAX;
+pub(crate) const FOREVER: i64 = i64::MAX;
 
 /// How long a ban lasts from now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +92,7 @@ impl BanLength {
 }
 
 /// `duration` rounded up to whole seconds.
-pub fn ceil_secs(duration: Duration) -> u64 {
+pub(crate) fn ceil_secs(duration: Duration) -> u64 {
     duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
 }
 

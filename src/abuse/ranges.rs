@@ -13,15 +13,17 @@ use arc_swap::ArcSwap;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use parking_lot::Mutex;
 
+use super::BanError;
+#[cfg(test)]
+use super::FOREVER;
 use super::key::Key;
-use super::{BanError, FOREVER};
 
 /// Most range bans the table holds.
-pub const MAX_RANGE_BANS: usize = 4096;
+pub(crate) const MAX_RANGE_BANS: usize = 4096;
 /// Broadest IPv4 range an operator may ban.
-pub const MIN_V4_PREFIX: u8 = 8;
+pub(crate) const MIN_V4_PREFIX: u8 = 8;
 /// Broadest IPv6 range an operator may ban.
-pub const MIN_V6_PREFIX: u8 = 16;
+pub(crate) const MIN_V6_PREFIX: u8 = 16;
 
 /// What an operator asked to ban or unban.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +98,7 @@ fn unmap_net(net: IpNet) -> IpNet {
 
 /// One range ban.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RangeBan {
+pub(crate) struct RangeBan {
     /// Unix nanos; [`FOREVER`] = permanent.
     pub until: i64,
     pub offenses: u32,
@@ -241,7 +243,7 @@ fn remove_from<T: std::hash::Hash + Eq>(
 
 /// The shared range table: lock-free reads, serialised copy-on-write updates.
 #[derive(Default)]
-pub struct Ranges {
+pub(crate) struct Ranges {
     table: ArcSwap<PrefixTable>,
     writer: Mutex<()>,
     count: AtomicUsize,
@@ -249,21 +251,22 @@ pub struct Ranges {
 
 /// Result of [`Ranges::ban`]: whether it counted as a new offense.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RangeBanned {
+pub(crate) struct RangeBanned {
     pub new_offense: bool,
 }
 
 impl Ranges {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count.load(Ordering::Relaxed)
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The latest `until` of the active ranges holding `ip`.
-    pub fn lookup(&self, ip: IpAddr, now: i64) -> Option<i64> {
+    pub(crate) fn lookup(&self, ip: IpAddr, now: i64) -> Option<i64> {
         if self.count.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -271,7 +274,7 @@ impl Ranges {
     }
 
     /// Bans `net` until `until`. Replacing an active range's time is not a new offense.
-    pub fn ban(&self, net: IpNet, until: i64, now: i64) -> Result<RangeBanned, BanError> {
+    pub(crate) fn ban(&self, net: IpNet, until: i64, now: i64) -> Result<RangeBanned, BanError> {
         let _writer = self.writer.lock();
         let current = self.table.load_full();
         let existing = current.get(net);
@@ -294,7 +297,7 @@ impl Ranges {
     }
 
     /// Puts back a saved range as it was (import). Fails only at the range limit.
-    pub fn restore(&self, net: IpNet, ban: RangeBan) -> Result<(), BanError> {
+    pub(crate) fn restore(&self, net: IpNet, ban: RangeBan) -> Result<(), BanError> {
         let _writer = self.writer.lock();
         let current = self.table.load_full();
         if current.get(net).is_none() && current.len >= MAX_RANGE_BANS {
@@ -308,7 +311,7 @@ impl Ranges {
     }
 
     /// Lifts the range with exactly this prefix.
-    pub fn unban(&self, net: IpNet) -> bool {
+    pub(crate) fn unban(&self, net: IpNet) -> bool {
         let _writer = self.writer.lock();
         let current = self.table.load_full();
         if current.get(net).is_none() {
@@ -322,7 +325,7 @@ impl Ranges {
     }
 
     /// Drops ranges that have ended; permanent ones stay.
-    pub fn sweep(&self, now: i64) -> usize {
+    pub(crate) fn sweep(&self, now: i64) -> usize {
         let _writer = self.writer.lock();
         let current = self.table.load_full();
         if !current.iter().any(|(_, ban)| ban.until <= now) {
@@ -336,32 +339,31 @@ impl Ranges {
     }
 
     /// Every range, active or not yet swept.
-    pub fn all(&self) -> Vec<(IpNet, RangeBan)> {
+    pub(crate) fn all(&self) -> Vec<(IpNet, RangeBan)> {
         self.table.load().iter().collect()
     }
 
     /// One range's ban, if present.
-    pub fn get(&self, net: IpNet) -> Option<RangeBan> {
+    #[cfg(test)]
+    pub(crate) fn get(&self, net: IpNet) -> Option<RangeBan> {
         self.table.load().get(net)
     }
 }
 
 /// Whether two networks share any address.
-pub fn overlaps(a: &IpNet, b: &IpNet) -> bool {
+pub(crate) fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 
 /// Text of every exempt prefix overlapping `net`.
-pub fn exempt_within<'a>(net: &IpNet, exempt: impl Iterator<Item = &'a IpNet>) -> Vec<String> {
+pub(crate) fn exempt_within<'a>(
+    net: &IpNet,
+    exempt: impl Iterator<Item = &'a IpNet>,
+) -> Vec<String> {
     exempt
         .filter(|prefix| overlaps(prefix, net))
         .map(|prefix| prefix.to_string())
         .collect()
-}
-
-/// Whether `until` marks a permanent ban.
-pub fn is_permanent(until: i64) -> bool {
-    until == FOREVER
 }
 
 #[cfg(test)]

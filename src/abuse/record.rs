@@ -14,7 +14,7 @@ const NANOS_PER_SEC: i64 = 1_000_000_000;
 pub struct WallTime(pub i64);
 
 /// The zero time Go prints for a permanent ban's `until`.
-pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+pub(crate) const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 impl fmt::Display for WallTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -21,11 +21,11 @@ use super::{AbuseSettings, BanError, BanLength, FOREVER, ceil_secs, deadline};
 /// How many IPv6 /64s of one /48 get entries of their own while the table is at least half full;
 /// further /64s of that /48 share one /48 entry. A /48 holder therefore cannot fill the table
 /// (and push everyone else out) by rotating through its 65,536 /64s.
-pub const V6_KEYS_PER_48: u32 = 64;
+pub(crate) const V6_KEYS_PER_48: u32 = 64;
 
 /// Removes the waiting visitors whose client address satisfies the predicate; returns how many.
 /// The predicate is cheap and must not call back into the registry's caller.
-pub type LineRemover = Arc<dyn Fn(&dyn Fn(IpAddr) -> bool) -> usize + Send + Sync>;
+pub(crate) type LineRemover = Arc<dyn Fn(&dyn Fn(IpAddr) -> bool) -> usize + Send + Sync>;
 
 /// One active ban as operators see it (`GET /_room/abuse`, the portal). Field order is the JSON
 /// key order.

@@ -40,7 +40,7 @@ pub enum Family {
 /// the caller passes it only when that header is configured **and** the socket peer is a trusted
 /// proxy: a direct client claiming `HTTP/2` must not get the larger pool. A value starting with
 /// `HTTP/1` means h1, `HTTP/2` or `HTTP/3` means h2; anything else falls back to the connection.
-pub fn protocol_family(version: Version, proto_header: Option<&HeaderValue>) -> Family {
+pub(crate) fn protocol_family(version: Version, proto_header: Option<&HeaderValue>) -> Family {
     if let Some(value) = proto_header {
         let bytes = value.as_bytes();
         if bytes.starts_with(b"HTTP/1") {
@@ -74,7 +74,7 @@ pub struct AssetSettings {
 
 /// Process-wide asset counters (carried from one generation to the next).
 #[derive(Debug, Default)]
-pub struct AssetCounters {
+pub(crate) struct AssetCounters {
     pub served: AtomicU64,
     pub denied: AtomicU64,
     pub user_throttled: AtomicU64,
@@ -335,7 +335,7 @@ impl AssetTier {
 
 /// Sweeps idle per-pass pools of whatever store `current` returns, every
 /// `max(admit_ttl / 2, 10 s)`. Ends when `current` returns `None` (the app is gone).
-pub fn spawn_sweeper<F>(current: F) -> tokio::task::JoinHandle<()>
+pub(crate) fn spawn_sweeper<F>(current: F) -> tokio::task::JoinHandle<()>
 where
     F: Fn() -> Option<Arc<UserPools>> + Send + 'static,
 {

@@ -268,7 +268,10 @@ mod tests {
     fn tolerates_malformed_pairs_and_quotes() {
         let map = headers(&["garbage; ; =x; room_ticket=\"q\""]);
         assert_eq!(read_cookie(&map, "room_ticket"), Some("q"));
-        assert_eq!(read_cookie(&headers(&["room_ticket="]), "room_ticket"), Some(""));
+        assert_eq!(
+            read_cookie(&headers(&["room_ticket="]), "room_ticket"),
+            Some("")
+        );
     }
 
     #[test]

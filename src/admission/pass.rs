@@ -21,13 +21,13 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 /// Raw pass length.
-pub const PASS_BYTES: usize = 44;
+pub(crate) const PASS_BYTES: usize = 44;
 /// Encoded pass length: only a value this long can decode to [`PASS_BYTES`].
-pub const PASS_CHARS: usize = 59;
+pub(crate) const PASS_CHARS: usize = 59;
 /// Raw grant length.
-pub const GRANT_BYTES: usize = 41;
+pub(crate) const GRANT_BYTES: usize = 41;
 /// Encoded grant length.
-pub const GRANT_CHARS: usize = 55;
+pub(crate) const GRANT_CHARS: usize = 55;
 
 const ID_BYTES: usize = 16;
 const SIGNED_BYTES: usize = 28;
@@ -316,7 +316,7 @@ impl PassSigner {
 }
 
 /// `floor(now + ttl)` in unix seconds.
-pub fn expiry_at(now: u64, ttl: Duration) -> u64 {
+pub(crate) fn expiry_at(now: u64, ttl: Duration) -> u64 {
     now.saturating_add(ttl.as_secs())
 }
 
@@ -331,7 +331,7 @@ thread_local! {
 
 /// A fresh, unguessable pass id; `None` only if the operating system's random source has
 /// never been readable on this thread.
-pub fn new_pass_id() -> Option<PassId> {
+pub(crate) fn new_pass_id() -> Option<PassId> {
     ID_GENERATOR.with_borrow_mut(|slot| {
         if slot
             .as_ref()

@@ -30,7 +30,7 @@ fn unit_nanos(unit: &str) -> Option<u128> {
 }
 
 /// Parses a Go duration, sign included, into signed nanoseconds (Go's `time.ParseDuration`).
-pub fn parse_signed(text: &str) -> Result<i64, String> {
+pub(crate) fn parse_signed(text: &str) -> Result<i64, String> {
     let (negative, body) = match text.as_bytes().first() {
         Some(b'-') => (true, &text[1..]),
         Some(b'+') => (false, &text[1..]),
@@ -125,7 +125,7 @@ fn fraction_nanos(digits: &str, unit: u128) -> u128 {
 }
 
 /// Parses a non-negative Go duration (`300ms`, `1h30m`, `1.5s`, `0`).
-pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
     let nanos = parse_signed(text)?;
     u64::try_from(nanos)
         .map(Duration::from_nanos)
@@ -134,7 +134,7 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
 
 /// Environment form: a Go duration, or a bare integer meaning nanoseconds (as the original's
 /// env reader accepted).
-pub fn parse_env_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_env_duration(text: &str) -> Result<Duration, String> {
     let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
     if !unsigned.is_empty() && unsigned.bytes().all(|b| b.is_ascii_digit()) {
         if text.starts_with('-') && unsigned.bytes().any(|b| b != b'0') {

@@ -232,7 +232,7 @@ pub fn command() -> Command {
 }
 
 /// The usage text printed for `-h`.
-pub fn usage() -> String {
+pub(crate) fn usage() -> String {
     command().render_help().to_string()
 }
 

@@ -17,13 +17,16 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-pub use crate::paths::matchers::{BanPathMatcher, RouteKind, RouteTable};
-pub use crate::paths::normalize::{PathRejection, normalize_request_path};
-pub use crate::paths::rules::{PathList, PathRule};
-pub use cidr::CidrList;
-pub use duration::{format_go_duration, parse_go_duration};
-pub use hosts::HostList;
-pub use table::{Kind, ListKind, MAX_I32, SETTINGS, SettingDef, setting};
+#[cfg(test)]
+use crate::paths::matchers::RouteKind;
+pub(crate) use crate::paths::matchers::{BanPathMatcher, RouteTable};
+pub(crate) use crate::paths::rules::PathList;
+pub(crate) use cidr::CidrList;
+pub use duration::format_go_duration;
+pub(crate) use duration::parse_go_duration;
+pub(crate) use hosts::HostList;
+pub(crate) use table::MAX_I32;
+pub use table::{SETTINGS, SettingDef, setting};
 
 use flags::FlagParse;
 use value::TextOrigin;
@@ -31,9 +34,9 @@ use value::TextOrigin;
 /// Default data directory.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/concert/data";
 /// Where Prometheus looks by default.
-pub const DEFAULT_METRICS_PATH: &str = "/metrics";
+pub(crate) const DEFAULT_METRICS_PATH: &str = "/metrics";
 /// Room default used when `token_ttl` or `reaper` is 0.
-pub const ROOM_DEFAULT_TTL: Duration = Duration::from_secs(300);
+pub(crate) const ROOM_DEFAULT_TTL: Duration = Duration::from_secs(300);
 
 /// Where a setting's current value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

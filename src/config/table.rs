@@ -34,46 +34,6 @@ const ABUSE: &str = "Abuse";
 const TLS: &str = "Let's Encrypt";
 const PORTAL: &str = "Portal";
 
-/// Value kind as the settings view names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    String,
-    Int,
-    Float,
-    Bool,
-    Duration,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::String => "string",
-            Kind::Int => "int",
-            Kind::Float => "float",
-            Kind::Bool => "bool",
-            Kind::Duration => "duration",
-        }
-    }
-}
-
-/// What a comma-separated list holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ListKind {
-    Path,
-    Cidr,
-    Host,
-}
-
-impl ListKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ListKind::Path => "path",
-            ListKind::Cidr => "cidr",
-            ListKind::Host => "host",
-        }
-    }
-}
-
 /// Rust type of the field behind a row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ValueType {
@@ -196,25 +156,6 @@ impl SettingDef {
     /// Flag name without the dash, as clap knows it.
     pub fn flag_name(&self) -> &'static str {
         self.flag.trim_start_matches('-')
-    }
-
-    pub fn kind(&self) -> Kind {
-        match self.ty {
-            ValueType::U32 | ValueType::U64 => Kind::Int,
-            ValueType::F64 => Kind::Float,
-            ValueType::Bool => Kind::Bool,
-            ValueType::Dur => Kind::Duration,
-            ValueType::Str | ValueType::Cidr | ValueType::Paths | ValueType::Hosts => Kind::String,
-        }
-    }
-
-    pub fn list(&self) -> Option<ListKind> {
-        match self.ty {
-            ValueType::Cidr => Some(ListKind::Cidr),
-            ValueType::Paths => Some(ListKind::Path),
-            ValueType::Hosts => Some(ListKind::Host),
-            _ => None,
-        }
     }
 }
 

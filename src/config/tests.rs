@@ -142,10 +142,10 @@ fn row_accessors_match_declared_types() {
 
 #[test]
 fn list_kinds_are_declared() {
-    let count = |kind| SETTINGS.iter().filter(|d| d.list() == Some(kind)).count();
-    assert_eq!(count(ListKind::Path), 5);
-    assert_eq!(count(ListKind::Cidr), 3);
-    assert_eq!(count(ListKind::Host), 1);
+    let count = |ty| SETTINGS.iter().filter(|d| d.ty == ty).count();
+    assert_eq!(count(ValueType::Paths), 5);
+    assert_eq!(count(ValueType::Cidr), 3);
+    assert_eq!(count(ValueType::Hosts), 1);
     let restart: Vec<&str> = SETTINGS
         .iter()
         .filter(|d| d.restart)

@@ -232,7 +232,7 @@ fn check_html(config: &Config) -> Result<(), String> {
 
 /// Upper bound on runtime worker threads; far above any sensible setting, low enough that a
 /// typo does not try to start millions of threads.
-pub const MAX_WORKERS: usize = 1024;
+pub(crate) const MAX_WORKERS: usize = 1024;
 
 fn check_workers(config: &Config) -> Result<(), String> {
     if config.workers > MAX_WORKERS {

@@ -12,12 +12,12 @@ use crate::room::{PollOutcome, Room};
 
 /// The answer that sends the waiting page in: it reloads, and the reload is admitted (or, for
 /// a banned client, meets the block notice).
-pub const READY: &str = r#"{"ready":true}"#;
+pub(crate) const READY: &str = r#"{"ready":true}"#;
 
 /// The poll answer. `OPTIONS` → 204; methods other than GET and HEAD → 405. `cookies` and
 /// `ticket_max_age` re-send the room cookies when the room says they are due; `tls` marks
 /// them `Secure`.
-pub fn answer(
+pub(crate) fn answer(
     room: &Room,
     cookies: &CookieAttrs,
     ticket_max_age: u64,

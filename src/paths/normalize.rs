@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 /// Why a request path cannot be normalised; the caller answers 400.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PathRejection {
+pub(crate) enum PathRejection {
     #[error("the path does not start with /")]
     NotAbsolute,
     #[error("a dot segment is hidden behind an encoded slash or a backslash")]
@@ -25,7 +25,7 @@ pub enum PathRejection {
 /// disagree on whether those separate segments, so no answer is safe), and a dot segment with
 /// `;parameters` (`..;`), which servlet containers resolve as `..` after dropping the
 /// parameters. Unchanged paths are borrowed.
-pub fn normalize_request_path(path: &str) -> Result<Cow<'_, str>, PathRejection> {
+pub(crate) fn normalize_request_path(path: &str) -> Result<Cow<'_, str>, PathRejection> {
     let body = path.strip_prefix('/').ok_or(PathRejection::NotAbsolute)?;
     let mut unchanged = true;
     let mut segments = body.split('/').peekable();

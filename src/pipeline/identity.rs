@@ -376,10 +376,6 @@ mod tests {
         assert!(is_html_client(&accept(&["application/json", "text/html"])));
     }
 
-
-
-
-
     proptest::proptest! {
         #[test]
         fn any_forwarded_header_resolves_to_the_peer_or_one_of_its_items(
@@ -405,5 +401,4 @@ mod tests {
             proptest::prop_assert!(got == peer || from_items);
         }
     }
-
 }

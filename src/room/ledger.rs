@@ -11,7 +11,7 @@ const MIN_WINDOW: usize = 64;
 
 /// Multiset of `u64` numbers (duplicates allowed) with O(log n) rank queries.
 #[derive(Debug, Default, Clone)]
-pub struct CountTree {
+pub(crate) struct CountTree {
     /// Number stored at window slot 0.
     base: u64,
     /// Fenwick array, 1-indexed; `tree.len() - 1` is the window size (0 = no storage).
@@ -20,21 +20,18 @@ pub struct CountTree {
 }
 
 impl CountTree {
-    pub fn new() -> CountTree {
+    pub(crate) fn new() -> CountTree {
         CountTree::default()
     }
 
     /// Number of entries (with multiplicity).
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.total
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.total == 0
-    }
-
     /// Window slots allocated; tests use it to check that storage shrinks.
-    pub fn storage(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn storage(&self) -> usize {
         self.tree.len()
     }
 
@@ -74,7 +71,7 @@ impl CountTree {
     }
 
     /// Adds `count` copies of `number`.
-    pub fn insert(&mut self, number: u64, count: u32) {
+    pub(crate) fn insert(&mut self, number: u64, count: u32) {
         if count == 0 {
             return;
         }
@@ -92,7 +89,7 @@ impl CountTree {
     }
 
     /// Removes up to `count` copies of `number`; returns how many were removed.
-    pub fn remove(&mut self, number: u64, count: u32) -> u32 {
+    pub(crate) fn remove(&mut self, number: u64, count: u32) -> u32 {
         let present = self.count_at(number);
         let removed = present.min(count);
         if removed > 0
@@ -106,7 +103,7 @@ impl CountTree {
     }
 
     /// Entries strictly below `number`.
-    pub fn count_below(&self, number: u64) -> u64 {
+    pub(crate) fn count_below(&self, number: u64) -> u64 {
         if self.total == 0 || number <= self.base {
             return 0;
         }
@@ -118,7 +115,7 @@ impl CountTree {
     }
 
     /// Entries at or below `number`.
-    pub fn count_upto(&self, number: u64) -> u64 {
+    pub(crate) fn count_upto(&self, number: u64) -> u64 {
         match number.checked_add(1) {
             Some(next) => self.count_below(next),
             None => self.total,
@@ -126,13 +123,13 @@ impl CountTree {
     }
 
     /// Copies of exactly `number`.
-    pub fn count_at(&self, number: u64) -> u32 {
+    pub(crate) fn count_at(&self, number: u64) -> u32 {
         // Difference of two prefixes; values per slot are small, so this never truncates.
         (self.count_upto(number) - self.count_below(number)) as u32
     }
 
     /// The `k`-th smallest entry, 1-based.
-    pub fn kth(&self, k: u64) -> Option<u64> {
+    pub(crate) fn kth(&self, k: u64) -> Option<u64> {
         if k == 0 || k > self.total {
             return None;
         }
@@ -156,16 +153,17 @@ impl CountTree {
         Some(self.base + index as u64)
     }
 
-    pub fn min(&self) -> Option<u64> {
+    pub(crate) fn min(&self) -> Option<u64> {
         self.kth(1)
     }
 
-    pub fn max(&self) -> Option<u64> {
+    pub(crate) fn max(&self) -> Option<u64> {
         self.kth(self.total)
     }
 
     /// Removes every entry at or below `limit`; returns how many went.
-    pub fn consume_upto(&mut self, limit: u64) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn consume_upto(&mut self, limit: u64) -> u64 {
         let mut consumed = 0u64;
         while let Some(lowest) = self.min() {
             if lowest > limit {
@@ -178,7 +176,8 @@ impl CountTree {
     }
 
     /// Inserts a batch (e.g. one reaper pass) in one go; sorted input keeps rebuilds to at most one.
-    pub fn insert_sorted(&mut self, numbers: &[u64]) {
+    #[cfg(test)]
+    pub(crate) fn insert_sorted(&mut self, numbers: &[u64]) {
         if let (Some(&first), Some(&last)) = (numbers.first(), numbers.last())
             && (self.slot(first).is_none() || self.slot(last).is_none())
         {

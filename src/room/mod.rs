@@ -37,18 +37,14 @@ use tokio::time::Instant;
 use crate::sys::slots::Gate;
 
 pub use estimate::WaitEstimate;
-pub use ledger::CountTree;
-pub use line::PromoteError;
-pub use settings::{DEFAULT_REAPER, DEFAULT_TOKEN_TTL, Pricing, RoomSettings};
+pub use settings::RoomSettings;
 pub use shared::{Admission, AdmitResult, Decision, PageSlot};
-pub use snapshot::{
-    MAX_TOKEN_LEN, SNAPSHOT_VERSION, Snapshot, SnapshotError, SnapshotPass, SnapshotTicket,
-    WallTime,
-};
-pub use status::PollOutcome;
-pub use visit::{
-    Arrival, LineEntry, QueueEvent, QueueHook, RoomPromoteError, RoomStats, TicketInfo, Waiting,
-};
+pub use visit::{Arrival, LineEntry, RoomStats, TicketInfo, Waiting};
+
+pub(crate) use settings::Pricing;
+pub(crate) use snapshot::{Snapshot, SnapshotError, WallTime};
+pub(crate) use status::PollOutcome;
+pub(crate) use visit::{QueueEvent, QueueHook, RoomPromoteError};
 
 use estimate::RateMeter;
 use line::{Key, Line};

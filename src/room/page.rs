@@ -26,9 +26,9 @@ const RELOAD_PLACEHOLDER: &str = "{{.ReloadSeconds}}";
 const MAX_RELOAD: Duration = Duration::from_secs(60);
 
 /// Script of the built-in page, served at `/_concert/waiting.js`.
-pub const WAITING_JS: &str = include_str!("../../static/waiting.js");
+pub(crate) const WAITING_JS: &str = include_str!("../../static/waiting.js");
 /// Stylesheet of the built-in page, served at `/_concert/waiting.css`.
-pub const WAITING_CSS: &str = include_str!("../../static/waiting.css");
+pub(crate) const WAITING_CSS: &str = include_str!("../../static/waiting.css");
 
 const JS_CONTENT_TYPE: &str = "text/javascript; charset=utf-8";
 const CSS_CONTENT_TYPE: &str = "text/css; charset=utf-8";
@@ -207,7 +207,7 @@ impl WaitingPage {
 /// come, within the ready grace (a visitor who keeps missing it would lapse and rejoin at the
 /// front without ever getting in). Half the tightest deadline that is on leaves room for a slow
 /// page load; whole seconds, at least 1, at most a minute.
-pub fn no_script_reload(
+pub(crate) fn no_script_reload(
     first_poll_grace: Duration,
     ready_grace: Duration,
     token_ttl: Duration,

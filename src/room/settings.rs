@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 /// Default token TTL and reaper period when the settings say 0.
-pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(300);
 
-pub const DEFAULT_REAPER: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_REAPER: Duration = Duration::from_secs(300);
 
 /// Shortest reaper period the ready grace asks for (the least `-reaper` allows).
 pub(super) const MIN_LAPSE_CHECK: Duration = Duration::from_secs(5);

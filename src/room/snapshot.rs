@@ -16,9 +16,9 @@ use super::tokens::{
     self, Entry, HAS_PASS, PROMOTED, REFRESH_DUE, SEEN, TokenId, parse_token, token_hex,
 };
 
-pub const SNAPSHOT_VERSION: u32 = 1;
+pub(crate) const SNAPSHOT_VERSION: u32 = 1;
 /// Longest token accepted on import.
-pub const MAX_TOKEN_LEN: usize = 256;
+pub(crate) const MAX_TOKEN_LEN: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {

@@ -1,5 +1,7 @@
 //! Behaviour of the waiting room as a whole (paused tokio clock unless noted).
 
+use super::line::PromoteError;
+use super::snapshot::SnapshotTicket;
 use super::*;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::time::advance;

@@ -39,7 +39,7 @@ pub struct QueueEvent {
     pub stale_ticket: bool,
 }
 
-pub type QueueHook = Arc<dyn Fn(&QueueEvent) + Send + Sync>;
+pub(crate) type QueueHook = Arc<dyn Fn(&QueueEvent) + Send + Sync>;
 
 /// A waiting visitor as seen by removal predicates and the portal.
 #[derive(Debug, Clone, PartialEq, Eq)]

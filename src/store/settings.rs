@@ -55,7 +55,10 @@ impl SettingsFile {
 /// Applies `settings.json` on top of flags/env/defaults. Unknown and restart-only keys are logged
 /// and skipped (an old file must not stop a newer binary); a value of the wrong type or out of
 /// range stops start-up naming the file. Returns how many values were applied.
-pub(crate) fn apply_settings_file(dir: &DataDir, config: &mut Config) -> Result<usize, PersistError> {
+pub(crate) fn apply_settings_file(
+    dir: &DataDir,
+    config: &mut Config,
+) -> Result<usize, PersistError> {
     let path = dir.file(SETTINGS_FILE);
     let Some(bytes) = dir.read(SETTINGS_FILE)? else {
         return Ok(0);

@@ -31,7 +31,7 @@ pub fn since_unix_epoch() -> Duration {
 }
 
 /// The wall clock in whole unix seconds.
-pub fn unix_seconds() -> u64 {
+pub(crate) fn unix_seconds() -> u64 {
     since_unix_epoch().as_secs()
 }
 
@@ -54,13 +54,13 @@ pub fn instant() -> Instant {
 
 /// [`instant`] as tokio's type, for the deadlines of tokio's timers. Not for code whose tests
 /// pause tokio's clock: this one keeps running.
-pub fn tokio_instant() -> tokio::time::Instant {
+pub(crate) fn tokio_instant() -> tokio::time::Instant {
     tokio::time::Instant::from_std(instant())
 }
 
 /// How far [`instant`] may be from `Instant::now()`, either way: one step of the coarse clock
 /// (a scheduler tick). A deadline that must not come early adds it.
-pub fn max_error() -> Duration {
+pub(crate) fn max_error() -> Duration {
     #[cfg(target_os = "linux")]
     {
         static STEP: LazyLock<Duration> = LazyLock::new(|| {

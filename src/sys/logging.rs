@@ -9,7 +9,7 @@ use tracing_subscriber::filter::{EnvFilter, filter_fn};
 use tracing_subscriber::prelude::*;
 
 /// Target of access-log events.
-pub const ACCESS_TARGET: &str = "concert::access";
+pub(crate) const ACCESS_TARGET: &str = "concert::access";
 
 /// Installs the global subscriber. Safe to call once per process; later calls are ignored.
 pub fn init(json: bool) {

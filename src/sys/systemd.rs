@@ -111,7 +111,11 @@ pub(crate) fn notify_stopping() {
 
 /// The interval at which to ping the watchdog: half the configured period, so one late tick never
 /// trips it. `None` when no watchdog applies to `own_pid`.
-pub(crate) fn watchdog_interval(usec: Option<&str>, pid: Option<&str>, own_pid: u32) -> Option<Duration> {
+pub(crate) fn watchdog_interval(
+    usec: Option<&str>,
+    pid: Option<&str>,
+    own_pid: u32,
+) -> Option<Duration> {
     if let Some(pid) = pid
         && pid.trim().parse::<u32>().ok() != Some(own_pid)
     {
