@@ -42,8 +42,10 @@ LOW_PORTS_DROPIN=$UNIT_DIR/$UNIT.d/10-low-ports.conf
 SELINUX_MODULE=concert
 PORTS_MODULE=concert_ports
 
+# What it installs sits beside it: concert.service, selinux/, ipasn/ and, after `make build`,
+# bin/ (a copied bundle may instead carry the binary itself beside the installer).
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT_DIR=$(cd "$SCRIPT_DIR/.." && pwd)
+IPASN_SRC=$SCRIPT_DIR/ipasn
 
 DRY_RUN=0
 FOREIGN_SYSTEM=0
@@ -329,14 +331,14 @@ find_binary() {
     printf '%s' "$BINARY_SRC"
     return
   fi
-  for candidate in "$ROOT_DIR/bin/concert-linux-$arch" "$SCRIPT_DIR/concert-linux-$arch" \
-    "$ROOT_DIR/bin/concert" "$SCRIPT_DIR/concert"; do
+  for candidate in "$SCRIPT_DIR/bin/concert-linux-$arch" "$SCRIPT_DIR/concert-linux-$arch" \
+    "$SCRIPT_DIR/bin/concert" "$SCRIPT_DIR/concert"; do
     if [ -f "$candidate" ]; then
       printf '%s' "$candidate"
       return
     fi
   done
-  printf '%s' "$ROOT_DIR/bin/concert-linux-$arch"
+  printf '%s' "$SCRIPT_DIR/bin/concert-linux-$arch"
 }
 
 install_binary() {
@@ -666,11 +668,11 @@ install_units() {
     NEEDS_RESTART=1
   fi
   if [ "$WANT_IPASN" = 1 ]; then
-    install_file "$SCRIPT_DIR/concert-ipasn-update" "$LIBEXEC_UPDATE" 0755 root:root || true
-    if install_file "$SCRIPT_DIR/$UPDATE_SERVICE" "$UNIT_DIR/$UPDATE_SERVICE" 0644 root:root; then
+    install_file "$IPASN_SRC/concert-ipasn-update" "$LIBEXEC_UPDATE" 0755 root:root || true
+    if install_file "$IPASN_SRC/$UPDATE_SERVICE" "$UNIT_DIR/$UPDATE_SERVICE" 0644 root:root; then
       UNITS_CHANGED=1
     fi
-    if install_file "$SCRIPT_DIR/$UPDATE_TIMER" "$UNIT_DIR/$UPDATE_TIMER" 0644 root:root; then
+    if install_file "$IPASN_SRC/$UPDATE_TIMER" "$UNIT_DIR/$UPDATE_TIMER" 0644 root:root; then
       UNITS_CHANGED=1
     fi
   fi
