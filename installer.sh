@@ -397,14 +397,14 @@ $(setting_line CONCERT_LISTEN "$OPT_LISTEN" "$DEFAULT_LISTEN")
 $(setting_line CONCERT_UPSTREAM "$OPT_UPSTREAM" "$DEFAULT_UPSTREAM")
 # Visitors served by the origin at the same time.
 $(setting_line CONCERT_CAPACITY "$OPT_CAP" "$DEFAULT_CAP")
-# Admin portal; it listens only while CONCERT_PORTAL_PASS is set.
+# Admin portal address. This version has no portal: nothing listens here.
 #CONCERT_PORTAL_LISTEN=$DEFAULT_PORTAL_LISTEN
 # Data directory, inside the unit's StateDirectory.
 #CONCERT_DATA_DIR=$DEFAULT_DATA_DIR
 EOF
   if [ "$WANT_IPASN" = 1 ]; then
     cat <<EOF
-# IPtoASN database for IP details, refreshed daily by $UPDATE_TIMER.
+# Where $UPDATE_TIMER keeps the IPtoASN database (this version of Concert does not read it).
 NADDR_DATA=$IPASN_FILE
 EOF
   fi
@@ -417,7 +417,7 @@ render_secrets_file() {
 CONCERT_ADMIT_SECRET=$(random_hex 32)
 # Bearer token for POST /_room/cap.
 CONCERT_ADMIN_TOKEN=$(random_hex 32)
-# Password of the admin portal ($DEFAULT_PORTAL_LISTEN unless CONCERT_PORTAL_LISTEN says otherwise).
+# Password of the admin portal, which this version does not have (Concert warns while it is set).
 CONCERT_PORTAL_PASS=$(random_hex 16)
 EOF
 }
@@ -505,7 +505,8 @@ listen_ports() {
 connect_ports() {
   url_port "$(effective CONCERT_UPSTREAM "$DEFAULT_UPSTREAM")"
   printf '\n'
-  # Certificates from Let's Encrypt are fetched over HTTPS.
+  # Fetching certificates automatically needs HTTPS out. This version does not do it, and
+  # refuses to start with CONCERT_TLS_DOMAINS set.
   if [ -n "$(effective CONCERT_TLS_DOMAINS "")" ]; then
     printf '443\n'
   fi
