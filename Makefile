@@ -20,7 +20,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	@if command -v shellcheck >/dev/null 2>&1; then \
-	  shellcheck -x deploy/installer.sh deploy/concert-ipasn-update scripts/*.sh tests/*.sh benches/*.sh .ci/run; \
+	  shellcheck -x installer.sh ipasn/concert-ipasn-update scripts/*.sh tests/*.sh benches/*.sh .ci/run; \
 	else echo "lint: shellcheck not installed; shell scripts not checked"; fi
 
 bench:

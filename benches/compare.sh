@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Load comparison on loopback: the same fast origin reached directly (D), through a byte relay that
-# does no HTTP work (R, examples/relay.rs: the ceiling any proxy could reach in this layout),
+# does no HTTP work (R, tools/relay.rs: the ceiling any proxy could reach in this layout),
 # through nginx proxy_pass with an upstream keep-alive pool (N), through HAProxy (H) and through
 # Concert with a cap that never binds (C). Runs are interleaved (D R N H C, D R N H C, …) so drift
 # hits all alike; the median of the rounds is reported. Everything listens on 127.0.0.1 and every run is bounded in time.
@@ -21,7 +21,7 @@
 #                                       # bytes (a page of real size) instead of a 2-byte body
 #
 # After the closed-loop table (wrk), page mode also measures latency open-loop: requests sent at a
-# fixed 50/80/95% of the best proxy's throughput by examples/loadgen.rs, which counts latency from
+# fixed 50/80/95% of the best proxy's throughput by tools/loadgen.rs, which counts latency from
 # when each request was due, so stalls are not hidden by the load generator slowing down. Near
 # saturation one run's tail says more about that moment's share of the machine than about the
 # proxy, so each rate runs in interleaved rounds (N H C, N H C, …) and the medians are reported.

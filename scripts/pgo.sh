@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The profile behind the profile-guided `dist` build. An instrumented Concert is built (in
 # target/pgo/build, so the normal build is left alone), driven through the paths a deployment
-# spends its time on by examples/pgo-train.rs (pages with and without a pass, assets, large
+# spends its time on by tools/pgo-train.rs (pages with and without a pass, assets, large
 # pages, uploads, event streams, HTTP/2, ops endpoints, the waiting room), and its counters are
 # merged into target/pgo/concert.profdata. The path of that file is printed on stdout.
 #
@@ -41,7 +41,7 @@ find_profdata() {
 up_to_date() {
   [ -f "$profile" ] || return 1
   local newer
-  newer=$(find src examples/pgo-train.rs templates static Cargo.toml Cargo.lock -newer "$profile" -print -quit 2>/dev/null)
+  newer=$(find src tools/pgo-train.rs tools/support templates static Cargo.toml Cargo.lock -newer "$profile" -print -quit 2>/dev/null)
   [ -z "$newer" ]
 }
 

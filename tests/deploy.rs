@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BIN: &str = env!("CARGO_BIN_EXE_concert");
 
+/// A deployment file, by its path from the repository root.
 fn deploy(file: &str) -> PathBuf {
-    Path::new(ROOT).join("deploy").join(file)
+    Path::new(ROOT).join(file)
 }
 
 fn has_tool(tool: &str) -> bool {
@@ -65,8 +66,8 @@ fn shell_scripts_are_shellcheck_clean() {
         .current_dir(ROOT)
         .arg("-x")
         .args([
-            "deploy/installer.sh",
-            "deploy/concert-ipasn-update",
+            "installer.sh",
+            "ipasn/concert-ipasn-update",
             "scripts/build.sh",
             "scripts/check-binary.sh",
             "scripts/pgo.sh",
@@ -302,23 +303,25 @@ fn systemd_units_verify() {
     let dir = tempfile::tempdir().unwrap();
     let units = [
         "concert.service",
-        "concert-ipasn-update.service",
-        "concert-ipasn-update.timer",
+        "ipasn/concert-ipasn-update.service",
+        "ipasn/concert-ipasn-update.timer",
     ];
+    // systemd names a unit by its file name, so the copies sit side by side.
+    let copy = |unit: &str| dir.path().join(Path::new(unit).file_name().unwrap());
     for unit in units {
         let text = std::fs::read_to_string(deploy(unit))
             .unwrap()
             .replace("/usr/local/bin/concert", BIN)
             .replace(
                 "/usr/local/libexec/concert-ipasn-update",
-                deploy("concert-ipasn-update").to_str().unwrap(),
+                deploy("ipasn/concert-ipasn-update").to_str().unwrap(),
             );
-        std::fs::write(dir.path().join(unit), text).unwrap();
+        std::fs::write(copy(unit), text).unwrap();
     }
     let out = Command::new("systemd-analyze")
         .arg("verify")
         .arg("--man=no")
-        .args(units.map(|unit| dir.path().join(unit)))
+        .args(units.map(copy))
         .output()
         .unwrap();
     assert_success(&out, "systemd-analyze verify");

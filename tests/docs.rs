@@ -2,7 +2,7 @@
 //! table, man page and completions equal what the generator renders now, and the reference names
 //! exactly the flags `concert -h` prints.
 
-#[path = "../examples/gen-docs/render.rs"]
+#[path = "../tools/gen-docs/render.rs"]
 mod render;
 
 use std::collections::BTreeSet;

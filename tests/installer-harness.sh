@@ -11,8 +11,8 @@ set -euo pipefail
 
 binary=${1:?usage: installer-harness.sh BINARY}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source-path=SCRIPTDIR source=../deploy/installer.sh
-source "$here/../deploy/installer.sh"
+# shellcheck source-path=SCRIPTDIR source=../installer.sh
+source "$here/../installer.sh"
 
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT

@@ -42,8 +42,10 @@ LOW_PORTS_DROPIN=$UNIT_DIR/$UNIT.d/10-low-ports.conf
 SELINUX_MODULE=concert
 PORTS_MODULE=concert_ports
 
+# What it installs sits beside it: concert.service, selinux/, ipasn/ and, after `make build`,
+# bin/ (a copied bundle may instead carry the binary itself beside the installer).
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT_DIR=$(cd "$SCRIPT_DIR/.." && pwd)
+IPASN_SRC=$SCRIPT_DIR/ipasn
 
 DRY_RUN=0
 FOREIGN_SYSTEM=0
@@ -329,14 +331,14 @@ find_binary() {
     printf '%s' "$BINARY_SRC"
     return
   fi
-  for candidate in "$ROOT_DIR/bin/concert-linux-$arch" "$SCRIPT_DIR/concert-linux-$arch" \
-    "$ROOT_DIR/bin/concert" "$SCRIPT_DIR/concert"; do
+  for candidate in "$SCRIPT_DIR/bin/concert-linux-$arch" "$SCRIPT_DIR/concert-linux-$arch" \
+    "$SCRIPT_DIR/bin/concert" "$SCRIPT_DIR/concert"; do
     if [ -f "$candidate" ]; then
       printf '%s' "$candidate"
       return
     fi
   done
-  printf '%s' "$ROOT_DIR/bin/concert-linux-$arch"
+  printf '%s' "$SCRIPT_DIR/bin/concert-linux-$arch"
 }
 
 install_binary() {
@@ -395,14 +397,14 @@ $(setting_line CONCERT_LISTEN "$OPT_LISTEN" "$DEFAULT_LISTEN")
 $(setting_line CONCERT_UPSTREAM "$OPT_UPSTREAM" "$DEFAULT_UPSTREAM")
 # Visitors served by the origin at the same time.
 $(setting_line CONCERT_CAPACITY "$OPT_CAP" "$DEFAULT_CAP")
-# Admin portal; it listens only while CONCERT_PORTAL_PASS is set.
+# Admin portal address. This version has no portal: nothing listens here.
 #CONCERT_PORTAL_LISTEN=$DEFAULT_PORTAL_LISTEN
 # Data directory, inside the unit's StateDirectory.
 #CONCERT_DATA_DIR=$DEFAULT_DATA_DIR
 EOF
   if [ "$WANT_IPASN" = 1 ]; then
     cat <<EOF
-# IPtoASN database for IP details, refreshed daily by $UPDATE_TIMER.
+# Where $UPDATE_TIMER keeps the IPtoASN database (this version of Concert does not read it).
 NADDR_DATA=$IPASN_FILE
 EOF
   fi
@@ -415,7 +417,7 @@ render_secrets_file() {
 CONCERT_ADMIT_SECRET=$(random_hex 32)
 # Bearer token for POST /_room/cap.
 CONCERT_ADMIN_TOKEN=$(random_hex 32)
-# Password of the admin portal ($DEFAULT_PORTAL_LISTEN unless CONCERT_PORTAL_LISTEN says otherwise).
+# Password of the admin portal, which this version does not have (Concert warns while it is set).
 CONCERT_PORTAL_PASS=$(random_hex 16)
 EOF
 }
@@ -503,7 +505,8 @@ listen_ports() {
 connect_ports() {
   url_port "$(effective CONCERT_UPSTREAM "$DEFAULT_UPSTREAM")"
   printf '\n'
-  # Certificates from Let's Encrypt are fetched over HTTPS.
+  # Fetching certificates automatically needs HTTPS out. This version does not do it, and
+  # refuses to start with CONCERT_TLS_DOMAINS set.
   if [ -n "$(effective CONCERT_TLS_DOMAINS "")" ]; then
     printf '443\n'
   fi
@@ -666,11 +669,11 @@ install_units() {
     NEEDS_RESTART=1
   fi
   if [ "$WANT_IPASN" = 1 ]; then
-    install_file "$SCRIPT_DIR/concert-ipasn-update" "$LIBEXEC_UPDATE" 0755 root:root || true
-    if install_file "$SCRIPT_DIR/$UPDATE_SERVICE" "$UNIT_DIR/$UPDATE_SERVICE" 0644 root:root; then
+    install_file "$IPASN_SRC/concert-ipasn-update" "$LIBEXEC_UPDATE" 0755 root:root || true
+    if install_file "$IPASN_SRC/$UPDATE_SERVICE" "$UNIT_DIR/$UPDATE_SERVICE" 0644 root:root; then
       UNITS_CHANGED=1
     fi
-    if install_file "$SCRIPT_DIR/$UPDATE_TIMER" "$UNIT_DIR/$UPDATE_TIMER" 0644 root:root; then
+    if install_file "$IPASN_SRC/$UPDATE_TIMER" "$UNIT_DIR/$UPDATE_TIMER" 0644 root:root; then
       UNITS_CHANGED=1
     fi
   fi
