@@ -128,12 +128,14 @@ build_shipped_concert() {
   fi
 }
 
-# Every worker must run the same compiled request path (see `run_to_end` in src/lib.rs): a second
-# copy is optimised apart from the first, and the profile trains only one of them. The markers
-# are functions of that path; the optimiser may inline one away, but one copy is all there may be.
+# Every worker must run the same compiled request path (see `run_to_end` in
+# src/lifecycle/mod.rs): a second copy is optimised apart from the first, and the profile trains
+# only one of them. The markers are functions of that path; the optimiser may inline one away,
+# but one copy is all there may be.
 warn_if_request_path_twice() {
   local marker copies
-  for marker in concert6router6handle28_ concert6router7forward28_ concert6router8admitted28_; do
+  for marker in concert8pipeline6handle28_ concert8pipeline6origin7forward28_ \
+    concert8pipeline5gated8admitted28_; do
     copies=$(nm "$1" 2>/dev/null | grep -c "$marker" || true)
     if [ "${copies:-0}" -gt 1 ]; then
       echo "warning: $1 holds $copies compiled copies of $marker; its workers will differ in speed" >&2

@@ -46,6 +46,9 @@ const STATS_KEYS: &[&str] = &[
     "abuse_bans_total",
     "abuse_rejected_total",
     "abuse_dropped_total",
+    "upstream_failures_client_total",
+    "upstream_failures_origin_total",
+    "upstream_failures_concert_total",
 ];
 
 /// Every numeric key of `/_room/stats` and the sample that carries it in the metrics. A new
@@ -97,6 +100,18 @@ const STATS_SAMPLES: &[(&str, &str)] = &[
     ("abuse_bans_total", "concert_abuse_bans_total"),
     ("abuse_rejected_total", "concert_abuse_rejected_total"),
     ("abuse_dropped_total", "concert_abuse_dropped_total"),
+    (
+        "upstream_failures_client_total",
+        "concert_upstream_failures_total{fault=\"client\"}",
+    ),
+    (
+        "upstream_failures_origin_total",
+        "concert_upstream_failures_total{fault=\"origin\"}",
+    ),
+    (
+        "upstream_failures_concert_total",
+        "concert_upstream_failures_total{fault=\"concert\"}",
+    ),
     ("priority_lane_in_flight", "concert_priority_lane_in_flight"),
     ("priority_lane_cap", "concert_priority_lane_cap"),
     ("priority_lane_waiting", "concert_priority_lane_waiting"),

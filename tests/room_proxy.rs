@@ -427,8 +427,8 @@ async fn max_queue_turns_newcomers_away_with_retry_after() {
     assert!(page.text().await.unwrap().contains("refresh"));
 }
 
-/// Weak spot 5: a burst of clients that never keep the cookie fills `-max-queue` inside the
-/// first-poll grace. The breaker answers as the original's while the burst is young, but a real
+/// A burst of clients that never keep the cookie fills `-max-queue` inside the first-poll
+/// grace. The full line refuses newcomers while the burst is young, but a real
 /// visitor arriving two poll intervals later gets in line, not the whole grace later.
 #[tokio::test]
 async fn a_cookieless_burst_turns_real_visitors_away_for_two_poll_intervals_only() {

@@ -1,6 +1,6 @@
-//! Registry behaviour with an injected clock: the spec's registry and range-ban cases, the
-//! port's own choices (sliding window, exemption at enforcement, /48 sharing, protected
-//! history), export/import, and a property test of the table limits.
+//! Registry behaviour with an injected clock: strikes, bans and range bans, the choices that
+//! close the gaps of simpler registries (sliding window, exemption at enforcement, /48 sharing,
+//! protected history), export/import, and a property test of the table limits.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -75,8 +75,8 @@ fn strikes_spread_over_more_than_the_window_do_not_ban() {
 
 #[test]
 fn a_burst_straddling_the_window_edge_is_seen_whole() {
-    // Nine strikes just before a fixed window's edge and nine just after would all pass the
-    // original. The sliding level still holds almost all of the first nine after the edge.
+    // Nine strikes just before a fixed window's edge and nine just after would all pass a
+    // fixed window. The sliding level still holds almost all of the first nine after the edge.
     let (registry, clock) = setup(|s| s.threshold = 10);
     let client = ip("203.0.113.7");
     assert!(!registry.strike(client, 1));

@@ -2,8 +2,8 @@
 //!
 //! Strikes are counted in consecutive buckets one window long; the level at any moment is the
 //! current bucket plus the previous bucket weighted by how much of it still lies inside the last
-//! window. A burst straddling a bucket edge is therefore seen whole (the original's fixed window
-//! let nearly twice the threshold through), and an entry needs two words of state, not a log.
+//! window. A burst straddling a bucket edge is therefore seen whole (a fixed window lets nearly
+//! twice the threshold through), and an entry needs two words of state, not a log.
 
 /// Strike counts of the current and the previous bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

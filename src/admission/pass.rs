@@ -181,7 +181,7 @@ impl PassSigner {
         URL_SAFE_NO_PAD.encode(raw)
     }
 
-    /// Verifies a presented value at `now` (unix seconds). The checks run in the spec's order:
+    /// Verifies a presented value at `now` (unix seconds). The checks run cheapest first:
     /// empty, length, base64, key id, tag (constant time), expiry.
     pub fn verify(&self, value: &str, now: u64) -> PassStatus {
         if value.is_empty() {

@@ -1,8 +1,9 @@
 //! Go-syntax durations: the parser behind every duration setting (`300ms`, `1h30m`, `1.5s`, `0`)
-//! and the formatter that prints them back exactly as the original did (`5m0s`, `300ms`, `0s`).
+//! and the formatter that prints them back exactly as Go does (`5m0s`, `300ms`, `0s`), the form
+//! operators' environment and settings files are written in.
 //!
-//! Durations are kept as `std::time::Duration`; the Go limit of `i64::MAX` nanoseconds still
-//! applies to parsed input so values round-trip with the original's files.
+//! Durations are kept as `std::time::Duration`; Go's limit of `i64::MAX` nanoseconds still
+//! applies to parsed input, so every value read back from a file is one Go could write.
 
 use std::time::Duration;
 
@@ -132,8 +133,8 @@ pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
         .map_err(|_| "must not be negative".to_string())
 }
 
-/// Environment form: a Go duration, or a bare integer meaning nanoseconds (as the original's
-/// env reader accepted).
+/// Environment form: a Go duration, or a bare integer meaning nanoseconds (existing environment
+/// files hold either).
 pub(crate) fn parse_env_duration(text: &str) -> Result<Duration, String> {
     let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
     if !unsigned.is_empty() && unsigned.bytes().all(|b| b.is_ascii_digit()) {

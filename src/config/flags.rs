@@ -280,8 +280,8 @@ fn usage_message(error: &clap::Error, args: &[String]) -> String {
     }
 }
 
-/// The original's subcommands (`concert example …`, `concert reconcile …`), both the fast
-/// lane's.
+/// The fast lane's subcommands (`concert example …`, `concert reconcile …`): recognised, so
+/// that asking for one is told it is not in this version rather than given a flag error.
 const FAST_LANE_COMMANDS: &[&str] = &["example", "reconcile"];
 
 /// Secrets that have no flag on purpose (a flag's value shows in the process list).

@@ -221,8 +221,8 @@ pub struct Config {
     /// always does); `None` when turned off.
     pub metrics_path: Option<String>,
     /// How long a keep-alive client connection may wait for its next request with nothing of it
-    /// read yet: 120 s, as in the HTTP server Concert was ported from. Not a flag (that server
-    /// had none); tests shorten it.
+    /// read yet: 120 s, the idle timeout deployments already count on. Not a flag; tests
+    /// shorten it.
     pub keep_alive_idle: Duration,
     /// How long a client may take none of the bytes Concert has for it before the connection
     /// is closed, freeing its slot: 60 s, nginx's `send_timeout`. Counted from the write that
@@ -418,7 +418,7 @@ impl Config {
         setting(key).map(|(_, def)| value::to_text((def.get)(self)))
     }
 
-    /// Whole-config validation (02 §2). Clamps `retry_after` to at least 1 and generates the
+    /// Whole-config validation. Clamps `retry_after` to at least 1 and generates the
     /// admission secret when it is unset.
     pub fn validate(&mut self) -> Result<(), ConfigError> {
         validate::validate(self).map_err(ConfigError::Invalid)
@@ -510,7 +510,7 @@ fn non_zero_or(value: Duration, fallback: Duration) -> Duration {
     if value.is_zero() { fallback } else { value }
 }
 
-/// An env value, treating unset and blank alike (as the original did).
+/// An env value, treating unset and blank alike: an environment file's `NAME=` line means unset.
 fn env_value(env: &dyn EnvSource, name: &str) -> Option<String> {
     env.var(name).filter(|value| !value.trim().is_empty())
 }
@@ -552,8 +552,8 @@ pub fn load(args: &[String], env: &dyn EnvSource) -> Result<Loaded, ConfigError>
 }
 
 /// The flag's value parsed, else the env var's (non-blank), with where it came from. The env
-/// value is checked even when the flag overrides it: a bad value anywhere stops the start
-/// (02 §10.2), rather than lying in wait for the day the flag is dropped.
+/// value is checked even when the flag overrides it: a bad value anywhere stops the start,
+/// rather than lying in wait for the day the flag is dropped.
 fn flag_then_env<T>(
     flags: &HashMap<String, String>,
     env: &dyn EnvSource,

@@ -9,7 +9,8 @@ use super::cidr::CidrList;
 use super::hosts::HostList;
 use crate::paths::rules::PathList;
 
-/// Largest value of the original's 32-bit settings.
+/// Largest value of a 32-bit setting: settings files and the tools that read them hold these as
+/// signed 32-bit integers.
 pub const MAX_I32: u64 = i32::MAX as u64;
 const MAX_I64: u64 = i64::MAX as u64;
 

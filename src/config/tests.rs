@@ -1,4 +1,5 @@
-//! Acceptance cases for loading and validating the configuration (01 §4 Config, 02 §9 Parsing).
+//! Loading and validating the configuration: flags, environment, settings files, and the rules
+//! that keep a bad value from starting a server.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

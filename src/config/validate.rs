@@ -1,6 +1,7 @@
-//! Whole-config validation (02 §2): the cross-setting rules, run at start and on every runtime
-//! change, in the original's order, followed by every row's per-value check so a config built
-//! or edited in code meets the same rules as one read from flags or files.
+//! Whole-config validation: the cross-setting rules, run at start and on every runtime change in
+//! a fixed order (so a config with several problems always reports the same one first), followed
+//! by every row's per-value check so a config built or edited in code meets the same rules as one
+//! read from flags or files.
 
 use std::time::Duration;
 

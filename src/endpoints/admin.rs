@@ -153,7 +153,8 @@ pub(super) async fn abuse_unban(
     if let Some(refused) = abuse_gate(&app, &headers, client) {
         return refused;
     }
-    // The first `client=` counts when it is repeated, as in the original (a map kept the last).
+    // The first `client=` counts when it is repeated (Go's `Query().Get` reads the first too,
+    // and scripts written against it send one), not the last as a map would keep it.
     let named = query
         .ok()
         .and_then(|axum::extract::Query(pairs)| {

@@ -26,8 +26,8 @@ const UNAVAILABLE_PARTS: &[(&str, &str)] = &[
     ("tls_staging", "HTTPS with automatic certificates"),
 ];
 
-/// Shorter admin tokens start with a warning (the original had no length rule, so refusing
-/// them would break existing deployments).
+/// Shorter admin tokens only start with a warning: deployments configured without a length rule
+/// may use them, and refusing to start would break those.
 const MIN_ADMIN_TOKEN_LEN: usize = 16;
 
 /// Refuses to start when HTTPS is asked for: serving plain HTTP where HTTPS was configured would
@@ -87,7 +87,7 @@ pub(super) fn warn_if_metrics_path_is_routed(generation: &Generation) {
     }
 }
 
-/// The start summary (02 §7): the room's numbers on one line, then a line for each part that
+/// The start summary: the room's numbers on one line, then a line for each part that
 /// is on, so an operator reading the journal sees what this process enforces.
 pub(super) fn log_summary(config: &Config, data_dir: Option<&store::DataDir>) {
     use config::duration::format_go_duration as go;

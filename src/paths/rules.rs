@@ -191,7 +191,7 @@ pub(super) fn ancestors(path: &str) -> impl Iterator<Item = &str> {
         .map(|(index, _)| &path[..index])
 }
 
-/// Cross-list checks (02 §3). `route_lists` are lists that become routes and must not overlap
+/// Cross-list checks. `route_lists` are lists that become routes and must not overlap
 /// structurally; `ban_paths` only may not repeat a rule of another list. Names are the flags
 /// used in messages.
 pub(crate) fn check_path_lists(

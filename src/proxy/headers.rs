@@ -210,7 +210,8 @@ pub(super) fn rewrite_request_into(
                 }
             }
             Disposition::ForwardedProto => {
-                // Only the first line counts, and only a plain scheme (weak spot 10).
+                // Only the first line counts, and only a plain scheme: anything else could make the
+                // origin build `https://evil/...` links or mix two values.
                 if facts.peer_trusted && trusted_proto.is_none() {
                     trusted_proto = Some(forwarded_proto(&value).unwrap_or(""));
                 }
@@ -312,7 +313,8 @@ fn forwarded_proto(value: &HeaderValue) -> Option<&'static str> {
 /// Collects the `Cookie` headers into one, without the private cookies.
 ///
 /// Pairs are filtered by name on the raw bytes, never re-parsed, so values a strict cookie
-/// parser would reject still reach the origin unchanged (weak spot 8). A single header that
+/// parser would reject still reach the origin unchanged (the origin, not Concert, decides what
+/// its own cookies mean). A single header that
 /// needs no filtering is passed on as it is.
 #[derive(Default)]
 struct CookieMerge {

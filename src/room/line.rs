@@ -5,7 +5,7 @@
 //! A promotion gives the visitor a fresh key that sorts immediately before the visitor currently at
 //! the target position (same number, smaller `sub`) and leaves a ghost at the old key. Keys are never
 //! shared, so two visitors never read the same position and the window never admits one extra
-//! visitor (the tie problem of the original). The *rank* of a key is the number of keys ever issued
+//! visitor (as it would if a promoted visitor shared a number with the one it was put before). The *rank* of a key is the number of keys ever issued
 //! that sort at or before it; the window compares ranks:
 //!
 //! - `edge = now_serving + cap`; a key is ready when `rank <= edge`;
@@ -180,7 +180,8 @@ impl Line {
                 .filter(|(_, state)| **state == PromotedState::Ghost)
                 .count() as u64
         } else {
-            // Every ghost at this number is a promoted key, all of which sort before the original.
+            // Every ghost at this number is a promoted key, all of which sort before the number's
+            // original key.
             u64::from(self.ghosts.count_at(key.number))
         };
         below_number + same_number

@@ -1,11 +1,11 @@
 //! The waiting page: the built-in template (or an operator's `-html` file) and the
 //! script/stylesheet Concert serves for it under `/_concert/`.
 //!
-//! Templates keep the original's contract: the literal placeholders `{{.Position}}` and
-//! `{{.SkipURL}}` are replaced textually, wherever and however often they appear. The
-//! template is split once at load time so each render is a single exact-size allocation.
-//! An operator's page gets the position as a plain number, as the original gives it; only the
-//! built-in page pads it to three digits, for its own display.
+//! Templates keep the contract operators' pages are written to: the literal placeholders
+//! `{{.Position}}` and `{{.SkipURL}}` are replaced textually, wherever and however often they
+//! appear. The template is split once at load time so each render is a single exact-size
+//! allocation. An operator's page gets the position as a plain number, as those pages expect;
+//! only the built-in page pads it to three digits, for its own display.
 
 use crate::paths::reserved::{WAITING_SCRIPT, WAITING_STYLESHEET};
 use std::borrow::Cow;

@@ -337,13 +337,12 @@ impl Shared {
         now: u64,
         settings: &RoomSettings,
     ) -> Decision {
-        // The breaker trips, as the original's does, when the tickets alive reach max-queue.
-        // But the original then turns every newcomer away until the first-poll grace sweeps a
-        // burst of clients that never keep the cookie (30 s with the origin idle). Here a
-        // ticket that has had two poll intervals to prove itself (poll, or come back with its
-        // cookie) and has not is taken to be abandoned: the newcomer takes its room instead.
-        // Proven visitors are never displaced, and within the window the breaker answers as
-        // the original does.
+        // The breaker trips when the tickets alive reach max-queue. Refusing every newcomer
+        // until the first-poll grace sweeps a burst of clients that never keep the cookie would
+        // lock real visitors out for 30 s with the origin idle. So a ticket that has had two
+        // poll intervals to prove itself (poll, or come back with its cookie) and has not is
+        // taken to be abandoned: the newcomer takes its room instead. Proven visitors are never
+        // displaced, and within those two intervals a full line refuses newcomers as always.
         let max = settings.max_queue;
         if max > 0 {
             let proven = self.tokens.proven();

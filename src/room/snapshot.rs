@@ -1,7 +1,7 @@
 //! `queue.snapshot` format: the line exported at shutdown and restored at start.
 //!
 //! Times are RFC 3339 strings (UTC on export; any offset accepted on import). A never-polled ticket
-//! carries the zero time `0001-01-01T00:00:00Z`, as the original writes it.
+//! carries Go's zero time `0001-01-01T00:00:00Z`, the form existing snapshot files use.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -373,9 +373,9 @@ async fn breaker_trips_at_max_queue_and_ghosts_do_not_count() {
     assert!(matches!(room.arrive(Arrival::default()), Decision::Full));
 }
 
-/// Weak spot 5: clients that never keep the cookie fill max-queue inside the first-poll grace.
-/// Within two poll intervals the breaker answers as the original does; after that a newcomer
-/// takes an abandoned ticket's room instead of waiting out the whole grace.
+/// Clients that never keep the cookie fill max-queue inside the first-poll grace. Within two
+/// poll intervals a full line refuses newcomers as always; after that a newcomer takes an
+/// abandoned ticket's room instead of waiting out the whole grace.
 #[tokio::test(start_paused = true)]
 async fn a_cookieless_burst_locks_newcomers_out_for_two_poll_intervals_only() {
     let room = Room::new(RoomSettings {
@@ -388,7 +388,7 @@ async fn a_cookieless_burst_locks_newcomers_out_for_two_poll_intervals_only() {
     for _ in 0..5 {
         waiting(room.arrive(Arrival::default()));
     }
-    // The original's answer while the burst is young.
+    // While the burst is young, the full line refuses the newcomer.
     assert!(matches!(room.arrive(Arrival::default()), Decision::Full));
     advance(Duration::from_secs(9)).await;
     assert!(matches!(room.arrive(Arrival::default()), Decision::Full));

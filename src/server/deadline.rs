@@ -10,7 +10,7 @@
 //! deadlines itself, with one timer per connection that is moved in place.
 //!
 //! [`IdleDeadline`] wraps the connection's stream and fails its reads once a limit passes. Two
-//! limits, as the HTTP server Concert was ported from had them: a request head must be complete
+//! limits, the head and idle timeouts deployments already count on: a request head must be complete
 //! within the head limit (10 s), counted for the first request from the connection's opening and
 //! for a later HTTP/1 request from its first bytes; and a keep-alive connection may wait for the
 //! next request, with nothing of it read yet, for the idle limit (120 s) after its last answer was

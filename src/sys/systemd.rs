@@ -1,7 +1,12 @@
 //! Service-manager notifications: tells systemd (`Type=notify`) when Concert is ready, when it
-//! starts draining, and that it is still alive when a watchdog is configured. It speaks the
-//! `sd_notify` datagram protocol directly, so no C library or extra crate is involved. Outside
-//! systemd (`NOTIFY_SOCKET` unset) every call is a silent no-op.
+//! starts draining, and that it is still alive when a watchdog is configured. Outside systemd
+//! (`NOTIFY_SOCKET` unset) every call is a silent no-op.
+//!
+//! The protocol is one datagram, which systemd's documentation recommends speaking directly
+//! rather than through a library. The `sd-notify` crate was weighed against this: it sends to
+//! `NOTIFY_SOCKET` as a file path only, so a service manager that names an abstract socket
+//! (`@name`) would never hear from Concert, and its watchdog check demands `WATCHDOG_PID`, which
+//! the protocol allows to be unset. The hand-written sender below handles both.
 
 use std::io;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! (`queue.snapshot`, `bans.json`, `settings.json`). No date crate: only the proleptic Gregorian
 //! arithmetic these formats need.
 //!
-//! Output matches Go's `time.RFC3339Nano` as the original's JSON has it: UTC, `Z`, and a
+//! Output matches Go's `time.RFC3339Nano`, the form existing files hold: UTC, `Z`, and a
 //! fraction only when non-zero, without trailing zeros.
 
 use std::fmt;
