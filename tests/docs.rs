@@ -98,3 +98,48 @@ fn man_page_and_completions_name_every_flag() {
         );
     }
 }
+
+/// The paths named in the first column of the README's module map.
+fn module_map_paths(readme: &str) -> Vec<String> {
+    let start = readme
+        .find("<!-- modules:start -->")
+        .expect("README has a module map");
+    let end = readme[start..]
+        .find("<!-- modules:end -->")
+        .expect("module map ends")
+        + start;
+    readme[start..end]
+        .lines()
+        .filter_map(|line| line.strip_prefix("| "))
+        .filter_map(|row| row.split(" | ").next())
+        .flat_map(|cell| cell.split(", "))
+        .filter_map(|name| name.trim().strip_prefix('`')?.strip_suffix('`'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_module_map_names_every_part_of_src_and_nothing_else() {
+    let root = Path::new(ROOT);
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let named = module_map_paths(&readme);
+    for path in &named {
+        assert!(
+            root.join(path.trim_end_matches('/')).exists(),
+            "the README's module map names {path}, which does not exist"
+        );
+    }
+    for entry in std::fs::read_dir(root.join("src")).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let shown = if entry.file_type().unwrap().is_dir() {
+            format!("src/{name}/")
+        } else {
+            format!("src/{name}")
+        };
+        assert!(
+            named.contains(&shown),
+            "{shown} is missing from the README's module map"
+        );
+    }
+}

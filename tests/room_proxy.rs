@@ -869,3 +869,58 @@ async fn a_visitor_away_when_their_turn_comes_does_not_stall_the_line() {
     let response = page(&away).await.unwrap();
     assert_eq!(response.text().await.unwrap(), "ok");
 }
+
+/// The pipeline is a `tower::Service`: mounted as the catch-all of an application's own axum
+/// `Router`, it answers everything the application does not, with the socket peer from axum's
+/// `ConnectInfo` as the client.
+#[tokio::test]
+async fn the_pipeline_serves_as_the_catch_all_of_an_axum_router() {
+    use std::collections::HashMap;
+    use std::net::SocketAddr;
+
+    let origin = origins::fast_origin();
+    let argv: Vec<String> = ["-upstream", &origin.url(), "-cap", "2", "-data-dir="]
+        .iter()
+        .map(|arg| arg.to_string())
+        .collect();
+    let Ok(concert::config::Loaded::Run(mut config)) =
+        concert::config::load(&argv, &HashMap::<String, String>::new())
+    else {
+        panic!("flags refused");
+    };
+    config.validate().unwrap();
+    let app = concert::App::new(*config).unwrap();
+    let service = axum::Router::new()
+        .route("/hello", axum::routing::get(|| async { "mounted beside" }))
+        .merge(concert::router(app.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            service.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+
+    let client = plain_client();
+    let get = |path: &str| client.get(format!("http://{addr}{path}")).send();
+    assert_eq!(
+        get("/hello").await.unwrap().text().await.unwrap(),
+        "mounted beside"
+    );
+    assert_eq!(
+        get("/_room/healthz").await.unwrap().text().await.unwrap(),
+        "ok"
+    );
+    let page = get("/page").await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(
+        page.headers().contains_key("set-cookie"),
+        "a pass is issued"
+    );
+    assert_eq!(page.text().await.unwrap(), "ok");
+    assert_eq!(origin.paths(), ["/page"]);
+    assert_eq!(app.room.stats().admitted_total, 1);
+    server.abort();
+}
