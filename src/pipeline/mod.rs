@@ -60,10 +60,11 @@ pub use request::ConnInfo;
 /// The pipeline for one request. Never panics on input; every refusal is a
 /// [`crate::respond::Rejection`].
 ///
-/// The server calls this directly rather than through [`Pipeline`]'s `Service::call`: a
-/// `Service` must name its future, which today means boxing it, and the connection info would
-/// travel in the request's extensions, an allocation of its own. Both cost an allocation per
-/// request on the hot path (`tests/allocations.rs` counts them) for nothing the server needs.
+/// The server calls this directly rather than through the [`Router`]: there a request's body is
+/// boxed, the route's service cloned and its future boxed, and the connection info travels in
+/// the request's extensions. Measured with `tests/allocations.rs`, a page served through the
+/// Router took 18 allocations with a pass and 20 without, against 9 and 11 called directly;
+/// the stages run are the same.
 pub(crate) async fn handle<B>(app: Arc<App>, conn: ConnInfo, req: Request<B>) -> Response<Body>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
