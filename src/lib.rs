@@ -1,11 +1,12 @@
 //! Concert: a FIFO waiting-room reverse proxy.
 //!
 //! The library holds everything; `main.rs` only parses the configuration and calls
-//! [`run_to_end`]. Where a request goes is told by [`pipeline`], in order; the folders follow
-//! it: [`server`] accepts connections and hands each request to the pipeline, which identifies
-//! the client, checks bans ([`abuse`]), answers Concert's own routes ([`endpoints`]), lets
-//! admitted visitors through the asset and stream tiers ([`admission`]), queues everyone else
-//! in the [`room`], and sends what is admitted to the origin through the [`proxy`].
+//! [`run_to_end`]. The folders follow a request: `server` accepts connections and hands each
+//! request to `pipeline`, whose `mod.rs` lists the stages in order: it identifies the client,
+//! checks bans ([`abuse`]), answers Concert's own routes ([`endpoints`]), lets admitted visitors
+//! through the asset and stream tiers ([`admission`]), queues everyone else in the [`room`], and
+//! sends what is admitted to the origin through `proxy`. The README's "How it is built" maps
+//! every folder.
 
 #![warn(unreachable_pub)]
 
