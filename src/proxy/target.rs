@@ -3,7 +3,7 @@
 use http::Uri;
 use http::header::HeaderValue;
 
-use super::ProxyError;
+use super::error::ProxyError;
 
 /// The parts of `-upstream` a request URI is built from, prepared once per proxy.
 pub(super) struct Target {

@@ -4,7 +4,17 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use tokio::net::TcpListener;
 
-use super::ServeError;
+/// Why serving could not start or go on.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("listen {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("server task failed: {0}")]
+    Task(String),
+}
 
 /// Parses a listen address the way Go does: `:8080` means every interface, `host:port` a host.
 pub(crate) fn parse_listen(addr: &str) -> Result<Vec<SocketAddr>, String> {

@@ -19,21 +19,11 @@ use crate::sys::workers::{SHARE_STEP_ASIDE_LIMIT, WorkerLoad, become_worker, wor
 
 use connection::{connection_builder, serve_connection};
 
+pub(crate) use listen::ServeError;
 pub(crate) use listen::bind;
 
 /// How long in-flight requests get to finish on shutdown.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
-
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error("listen {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error("server task failed: {0}")]
-    Task(String),
-}
 
 /// Serves `listener` on `workers` threads until `shutdown` resolves, each worker then draining
 /// its own connections.
