@@ -98,8 +98,23 @@ const fn stat(key: &'static str, exposed: Exposed, read: fn(&Reading<'_>) -> Rea
     }
 }
 
+/// One series of the upstream-failure counter, with its stats key.
+const fn failures(key: &'static str, fault: Fault, read: fn(&Reading<'_>) -> Reads) -> Figure {
+    let series = Exposed::LabelledCounter(
+        "upstream_failures",
+        UPSTREAM_FAILURES_HELP,
+        "fault",
+        fault.label(),
+    );
+    stat(key, series, read)
+}
+
 fn count(counter: &AtomicU64) -> Reads {
     Reads::Count(counter.load(Ordering::Relaxed))
+}
+
+fn failed(reading: &Reading<'_>, fault: Fault) -> Reads {
+    Reads::Count(reading.app.upstream_failures.get(fault))
 }
 
 use Exposed::{Counter as C, Gauge as G, LabelledCounter as LC, LabelledGauge as LG, No};
@@ -211,36 +226,15 @@ static FIGURES: &[Figure] = &[
         exposed: C("bad_requests", "Malformed requests refused before routing"),
         read: |r| count(&r.app.counters.bad_requests_total),
     },
-    stat(
-        "upstream_failures_client_total",
-        LC(
-            "upstream_failures",
-            UPSTREAM_FAILURES_HELP,
-            "fault",
-            Fault::Client.label(),
-        ),
-        |r| Count(r.app.upstream_failures.get(Fault::Client)),
-    ),
-    stat(
-        "upstream_failures_origin_total",
-        LC(
-            "upstream_failures",
-            UPSTREAM_FAILURES_HELP,
-            "fault",
-            Fault::Origin.label(),
-        ),
-        |r| Count(r.app.upstream_failures.get(Fault::Origin)),
-    ),
-    stat(
-        "upstream_failures_concert_total",
-        LC(
-            "upstream_failures",
-            UPSTREAM_FAILURES_HELP,
-            "fault",
-            Fault::Concert.label(),
-        ),
-        |r| Count(r.app.upstream_failures.get(Fault::Concert)),
-    ),
+    failures("upstream_failures_client_total", Fault::Client, |r| {
+        failed(r, Fault::Client)
+    }),
+    failures("upstream_failures_origin_total", Fault::Origin, |r| {
+        failed(r, Fault::Origin)
+    }),
+    failures("upstream_failures_concert_total", Fault::Concert, |r| {
+        failed(r, Fault::Concert)
+    }),
     stat(
         "asset_cap",
         G(

@@ -22,20 +22,17 @@ use crate::app::App;
 use crate::paths::reserved::{ABUSE, CAP, HEALTHZ, METRICS, STATS, without_trailing_slash};
 use crate::respond::Rejection;
 use crate::respond::values::{TEXT, json_response};
+use crate::wire::body::RequestBody;
 
 /// Routes one `/_room/…` request: `path` normalised, `query` with its `?` (or empty), `client`
 /// as the pipeline resolved it.
-pub(crate) async fn handle<B>(
+pub(crate) async fn handle<B: RequestBody>(
     app: &Arc<App>,
     path: &str,
     query: &str,
     client: Option<IpAddr>,
     req: Request<B>,
-) -> Response<Body>
-where
-    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
-    B::Error: Into<axum::BoxError>,
-{
+) -> Response<Body> {
     let path = without_trailing_slash(path);
     // The query stays: `DELETE /_room/abuse?client=…` needs it.
     let (mut parts, body) = req.into_parts();

@@ -4,10 +4,8 @@
 //! slid, goes to the origin with its page (or lane) slot held until the answer has been
 //! delivered, and the origin's `Concert-Priority` becomes a grant bound to the pass.
 
-use axum::BoxError;
 use axum::body::Body;
 use axum::response::IntoResponse;
-use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 
 use super::origin::forward;
@@ -23,19 +21,16 @@ use crate::respond::Rejection;
 use crate::respond::values::{HTML, JSON, NO_STORE};
 use crate::room::{AdmitResult, Arrival, Decision, Waiting};
 use crate::sys::slots::SlotHold;
+use crate::wire::body::RequestBody;
 
 /// The catch-all: the priority gate (when the room is busy), then the waiting room decides, and
 /// the proxy serves.
-pub(super) async fn gated<B>(
+pub(super) async fn gated<B: RequestBody>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
     req: Request<B>,
-) -> Response<Body>
-where
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Response<Body> {
     let config = &generation.config;
     let now = unix_now();
     let [
@@ -104,18 +99,14 @@ where
 /// a grant bound to the pass. `status` is the pass as checked when the request arrived: a
 /// second signature check would cost as much again, and a pass valid on arrival is slid even
 /// if it ran out while its holder waited for the slot.
-async fn admitted<B>(
+async fn admitted<B: RequestBody>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
     req: Request<B>,
     hold: SlotHold,
     status: PassStatus,
-) -> Response<Body>
-where
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Response<Body> {
     let now = unix_now();
     charge_forged_pass(app, info, &status);
     let issued = app

@@ -3,28 +3,23 @@
 
 use std::sync::atomic::Ordering;
 
-use axum::BoxError;
 use axum::body::Body;
-use bytes::Bytes;
 use http::{Request, Response};
 
 use super::request::RequestInfo;
 use crate::app::{App, Generation};
 use crate::proxy::{ForwardContext, end_event_stream_on_drain};
 use crate::sys::slots::SlotHold;
+use crate::wire::body::RequestBody;
 
 /// Hands a request to the origin. `hold` keeps a slot busy until the response is delivered.
-pub(super) async fn forward<B>(
+pub(super) async fn forward<B: RequestBody>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
     req: Request<B>,
     hold: Option<SlotHold>,
-) -> Response<Body>
-where
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Response<Body> {
     let peer_trusted = info
         .conn
         .peer

@@ -2,29 +2,24 @@
 //! never queue: they need a valid admission pass (public assets excepted) and a slot of their
 //! own tier, held until the answer has been delivered.
 
-use axum::BoxError;
 use axum::body::Body;
 use axum::response::IntoResponse;
-use bytes::Bytes;
 use http::{Request, Response};
 
 use super::origin::forward;
 use super::pass_check::{check_pass, with_cookie};
 use super::request::RequestInfo;
 use crate::app::{App, Generation};
+use crate::wire::body::RequestBody;
 
 /// `-assets`: a valid pass, a slot in the pass's own pool for its protocol family, then a
 /// global slot; both held until the response is delivered. Never reaches the origin otherwise.
-pub(super) async fn private_asset<B>(
+pub(super) async fn private_asset<B: RequestBody>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
     req: Request<B>,
-) -> Response<Body>
-where
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Response<Body> {
     let tier = &generation.assets;
     let (status, slid) = check_pass(app, generation, info, req.headers());
     let Some(pass) = status.valid() else {
@@ -48,16 +43,12 @@ where
 }
 
 /// `-asset-public`: no pass, only the global pool.
-pub(super) async fn public_asset<B>(
+pub(super) async fn public_asset<B: RequestBody>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
     req: Request<B>,
-) -> Response<Body>
-where
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Response<Body> {
     match generation.assets.admit_public().await {
         Ok(hold) => forward(app, generation, info, req, Some(Box::new(hold))).await,
         Err(refusal) => refusal.into_response(),
@@ -66,16 +57,12 @@ where
 
 /// `-stream-paths`: a valid pass and a stream slot (never waited for), held for the life of the
 /// streamed body or the upgraded connection.
-pub(super) async fn stream<B>(
+pub(super) async fn stream<B: RequestBody>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
     req: Request<B>,
-) -> Response<Body>
-where
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Response<Body> {
     let guard = &generation.streams;
     let (status, slid) = check_pass(app, generation, info, req.headers());
     if status.valid().is_none() {

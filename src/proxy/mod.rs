@@ -44,6 +44,7 @@ use self::pool::{Http1Pool, Lease, PLAIN_HTTP_POOL};
 use self::target::Target;
 use crate::sys::coarse_clock;
 use crate::sys::slots::SlotHold;
+use crate::wire::body::RequestBody;
 use crate::wire::names::CONCERT_PRIORITY;
 
 pub(crate) use drain::{Drain, end_event_stream_on_drain};
@@ -76,7 +77,7 @@ pub struct ProxySettings {
 
 /// What the caller knows about the request that the proxy cannot see in it.
 #[derive(Debug, Clone)]
-pub struct ForwardContext<'a> {
+pub(crate) struct ForwardContext<'a> {
     /// The socket peer, IPv4-mapped addresses unmapped; `None` when it could not be read.
     pub peer: Option<IpAddr>,
     /// Whether the peer is one of the trusted proxies (its forwarding headers are believed).
@@ -220,16 +221,12 @@ impl Proxy {
     /// and for an upgraded connection until the tunnel closes. A failed exchange is counted by
     /// whose fault it was, logged, and answered: 502 for the origin's, 400 or 408 for the
     /// client's.
-    pub async fn forward<B>(
+    pub(crate) async fn forward<B: RequestBody>(
         &self,
         mut req: Request<B>,
         ctx: ForwardContext<'_>,
         hold: Option<SlotHold>,
-    ) -> Response<Body>
-    where
-        B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
-        B::Error: Into<axum::BoxError>,
-    {
+    ) -> Response<Body> {
         let upgrade = headers::requested_upgrade(req.headers());
         let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
