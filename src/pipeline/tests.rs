@@ -57,6 +57,12 @@ fn get(target: &str) -> Request<Body> {
         .unwrap()
 }
 
+/// Bans `target` (an address or range) for `length`.
+fn ban(app: &App, target: &str, length: BanLength) {
+    let target = BanTarget::parse(target).expect("a ban target");
+    app.abuse.ban(target, length).expect("the ban is taken");
+}
+
 async fn send(app: &Arc<App>, req: Request<Body>) -> Response<Body> {
     router(app.clone()).oneshot(req).await.unwrap()
 }
@@ -133,12 +139,11 @@ async fn a_normalised_path_reaches_the_reserved_route_it_names() {
 #[tokio::test]
 async fn a_trusted_proxy_names_the_client_the_ban_applies_to() {
     let app = app(&["-upstream", "http://127.0.0.1:9"]);
-    app.abuse
-        .ban(
-            BanTarget::parse("203.0.113.9").unwrap(),
-            BanLength::Timed(Duration::from_secs(600)),
-        )
-        .unwrap();
+    ban(
+        &app,
+        "203.0.113.9",
+        BanLength::Timed(Duration::from_secs(600)),
+    );
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let forwarded = request(Method::GET, "/_room/healthz", loopback)
         .header("x-forwarded-for", "203.0.113.9")
@@ -158,12 +163,7 @@ async fn a_trusted_proxy_names_the_client_the_ban_applies_to() {
 #[tokio::test]
 async fn a_banned_waiting_page_is_sent_in_and_its_ticket_dropped() {
     let app = app(&["-upstream", "http://127.0.0.1:9"]);
-    app.abuse
-        .ban(
-            BanTarget::parse(&VISITOR.to_string()).unwrap(),
-            BanLength::Permanent,
-        )
-        .unwrap();
+    ban(&app, &VISITOR.to_string(), BanLength::Permanent);
     let poll = send(&app, get("/queue/status")).await;
     assert_eq!(poll.status(), StatusCode::OK);
     assert_eq!(text(poll).await, r#"{"ready":true}"#);
@@ -341,12 +341,7 @@ async fn a_newcomer_to_a_full_line_is_turned_away() {
 #[tokio::test]
 async fn the_service_takes_the_peer_from_axums_connect_info() {
     let app = app(&["-upstream", "http://127.0.0.1:9"]);
-    app.abuse
-        .ban(
-            BanTarget::parse(&VISITOR.to_string()).unwrap(),
-            BanLength::Permanent,
-        )
-        .unwrap();
+    ban(&app, &VISITOR.to_string(), BanLength::Permanent);
     let req = Request::builder()
         .uri("/_room/healthz")
         .header(header::HOST, "shop.test")
