@@ -12,6 +12,7 @@ fn settings(cap: u32) -> RoomSettings {
     RoomSettings {
         cap,
         max_queue: 0,
+        max_per_address: 0,
         token_ttl: Duration::from_secs(300),
         first_poll_grace: Duration::ZERO,
         ready_grace: Duration::ZERO,

@@ -191,6 +191,7 @@ pub(crate) fn room_settings(config: &Config) -> RoomSettings {
     RoomSettings {
         cap: config.cap,
         max_queue: config.max_queue,
+        max_per_address: config.max_queue_per_ip,
         token_ttl: config.effective_token_ttl(),
         first_poll_grace: config.first_poll_grace,
         ready_grace: config.ready_grace,
@@ -262,14 +263,18 @@ impl App {
     ) -> Result<Arc<App>, BuildError> {
         let upstream_failures = Arc::new(FailureCounts::default());
         let generation = Generation::build(Arc::new(config), None, &upstream_failures)?;
-        let room = Room::new(generation.room_settings());
         let config = &generation.config;
         // `validate` always fills the secret; an unvalidated config still gets a random one.
         let secret = config
             .admit_secret
             .clone()
             .unwrap_or_else(|| rand::random::<[u8; 32]>().to_vec());
-        let pass = pass::PassSigner::new(&secret, config.admit_secret_previous.as_deref());
+        let previous = config.admit_secret_previous.as_deref();
+        let pass = pass::PassSigner::new(&secret, previous);
+        let room = Room::sealed(
+            generation.room_settings(),
+            room::TicketSeal::from_secret(&secret, previous),
+        );
         let abuse = Arc::new(abuse::Registry::new(abuse::AbuseSettings::from_config(
             config,
         )));
@@ -414,9 +419,10 @@ impl App {
     }
 }
 
-/// Connects the registry and the room both ways: a visitor queued without any `room_ticket`
-/// costs a strike (ticket churn), and a ban removes the client's waiting visitors at once. The
-/// room is held weakly so the two do not keep each other alive.
+/// Connects the registry and the room both ways: a visitor queued without a `room_ticket` the
+/// room issued costs a strike (ticket churn), addresses the registry never bans are not held to
+/// the per-address ticket bound, and a ban removes the client's waiting visitors at once. Each
+/// is held weakly so the two do not keep each other alive.
 fn wire_abuse(abuse: &Arc<abuse::Registry>, room: &Arc<Room>) {
     let line = Arc::downgrade(room);
     abuse.set_line_remover(Arc::new(
@@ -425,6 +431,10 @@ fn wire_abuse(abuse: &Arc<abuse::Registry>, room: &Arc<Room>) {
         },
     ));
     let registry = Arc::downgrade(abuse);
+    room.set_address_exemption(Arc::new({
+        let registry = registry.clone();
+        move |client| registry.upgrade().is_some_and(|r| r.is_exempt(client))
+    }));
     room.set_queue_hook(Arc::new(move |event: &room::QueueEvent| {
         if event.stale_ticket {
             return;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use concert::admission::pass::{PassId, PassSigner, unix_now};
 use reqwest::StatusCode;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, COOKIE, RETRY_AFTER};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, COOKIE, RETRY_AFTER, SET_COOKIE};
 use serde_json::{Value, json};
 use support::origins::{self, Origin};
 use support::*;
@@ -720,20 +720,40 @@ async fn a_queued_client_is_keyed_by_its_forwarded_address() {
     let _ = holder.await;
 }
 
+/// Joins the line from `client` with `cookie` (if any) and returns the `room_ticket` it was given.
+async fn join(concert: &concert::Running, client: &str, cookie: Option<&str>) -> String {
+    let mut request = plain_client()
+        .get(url(concert, "/api/x"))
+        .header("x-forwarded-for", client);
+    if let Some(cookie) = cookie {
+        request = request.header(COOKIE, cookie);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    response
+        .cookies()
+        .find(|cookie| cookie.name() == "room_ticket")
+        .map(|cookie| cookie.value().to_string())
+        .expect("a room_ticket")
+}
+
 #[tokio::test]
 async fn cookieless_arrivals_are_struck_but_stale_tickets_are_not() {
     let (origin, concert, holder) = full_room(&["-abuse-strikes", "2"]).await;
     for _ in 0..2 {
         get(&concert, "/api/x", Some("203.0.113.9")).await;
     }
+    // A ticket Concert issued and has since dropped (expired, removed, before a restart) is a
+    // returning visitor: joining again with it costs nothing.
+    let issued = join(&concert, "198.51.100.4", None).await;
+    assert!(concert.app.room.remove_token(&issued));
     for _ in 0..3 {
-        plain_client()
-            .get(url(&concert, "/api/x"))
-            .header("x-forwarded-for", "198.51.100.4")
-            .header(COOKIE, "room_ticket=not-a-real-ticket")
-            .send()
-            .await
-            .unwrap();
+        join(
+            &concert,
+            "198.51.100.4",
+            Some(&format!("room_ticket={issued}")),
+        )
+        .await;
     }
     let abuse = &concert.app.abuse;
     assert!(
@@ -743,6 +763,91 @@ async fn cookieless_arrivals_are_struck_but_stale_tickets_are_not() {
         .await
     );
     assert!(abuse.banned("198.51.100.4".parse().unwrap()).is_none());
+    origin.release(1);
+    let _ = holder.await;
+}
+
+/// The attack: any `room_ticket` value at all used to spare a newcomer the churn strike, so one
+/// address could fill the line with made-up tickets. Made-up and foreign tickets now count as
+/// none.
+#[tokio::test]
+async fn made_up_tickets_are_struck_like_no_ticket() {
+    let (origin, concert, holder) = full_room(&["-abuse-strikes", "3"]).await;
+    // Another Concert's ticket (another admission secret) is as foreign as a made-up one.
+    let elsewhere = {
+        let other_origin = origins::held_origin();
+        let other = start(&other_origin, &["-cap", "1", "-max-queue", "0"]).await;
+        let _held = tokio::spawn({
+            let holder_url = url(&other, "/holder");
+            async move { plain_client().get(holder_url).send().await }
+        });
+        assert!(eventually(Duration::from_secs(5), || other_origin.in_flight() == 1).await);
+        let ticket = join(&other, "192.0.2.50", None).await;
+        other_origin.release(1);
+        ticket
+    };
+    for cookie in [
+        "room_ticket=x".to_string(),
+        format!("room_ticket={}", "0".repeat(32)),
+        format!("room_ticket={elsewhere}"),
+    ] {
+        join(&concert, "198.51.100.77", Some(&cookie)).await;
+    }
+    let abuse = &concert.app.abuse;
+    assert!(
+        eventually(Duration::from_secs(2), || abuse
+            .banned("198.51.100.77".parse().unwrap())
+            .is_some())
+        .await
+    );
+    assert!(waiting_clients(&concert).is_empty());
+    origin.release(1);
+    let _ = holder.await;
+}
+
+/// One address (or IPv6 /64) may not hold more than `-max-queue-per-ip` places in line, even with
+/// every ticket kept and polled; other addresses queue as usual, and `-abuse-allow` lifts the bound.
+#[tokio::test]
+async fn one_address_cannot_fill_the_line() {
+    let (origin, concert, holder) =
+        full_room(&["-max-queue-per-ip", "2", "-abuse-allow", "192.0.2.0/24"]).await;
+    for _ in 0..2 {
+        join(&concert, "203.0.113.5", None).await;
+    }
+    let refused = get(&concert, "/api/x", Some("203.0.113.5")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()[RETRY_AFTER], "5");
+    assert!(refused.headers().get(SET_COOKIE).is_none());
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["queued"], false);
+    assert_eq!(body["error"], "too many visitors waiting from this address");
+    // Browsers get a page that retries by itself.
+    let page = plain_client()
+        .get(url(&concert, "/"))
+        .header("x-forwarded-for", "203.0.113.5")
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("http-equiv=\"refresh\"")
+    );
+    // The same /64 is one client; another /64 and another address are not.
+    for client in ["2001:db8:5:6::1", "2001:db8:5:6::2"] {
+        join(&concert, client, None).await;
+    }
+    let same_net = get(&concert, "/api/x", Some("2001:db8:5:6:ffff::9")).await;
+    assert!(same_net.headers().get(SET_COOKIE).is_none());
+    join(&concert, "2001:db8:5:7::1", None).await;
+    join(&concert, "198.51.100.8", None).await;
+    for _ in 0..3 {
+        join(&concert, "192.0.2.9", None).await;
+    }
+    assert_eq!(concert.app.room.stats().live_queue_depth, 9);
     origin.release(1);
     let _ = holder.await;
 }

@@ -40,6 +40,7 @@ fn bytes_per_waiting_visitor(queued: u32) -> (f64, f64) {
     let room = Room::new(RoomSettings {
         cap: 1,
         max_queue: 0,
+        max_per_address: 32,
         token_ttl: Duration::from_secs(300),
         first_poll_grace: Duration::from_secs(30),
         ready_grace: Duration::from_secs(30),
@@ -87,9 +88,11 @@ fn bytes_per_waiting_visitor(queued: u32) -> (f64, f64) {
 }
 
 /// Hash tables grow by doubling, so a line that has just outgrown one size costs nearly twice
-/// what a line that fills it does: the bound must hold at every length, not a lucky one.
+/// what a line that fills it does: the bound must hold at every length, not a lucky one. Every
+/// visitor here comes from an address of its own, the worst case for the per-address ticket
+/// counts (about 20 bytes each; the bound was 256 before they existed).
 #[tokio::test(flavor = "current_thread")]
-async fn a_waiting_visitor_costs_under_256_bytes_at_any_length() {
+async fn a_waiting_visitor_costs_under_272_bytes_at_any_length() {
     let mut worst = 0.0f64;
     for queued in [20_000, 45_000, 60_000, 100_000, 130_000] {
         let (room, abuse) = bytes_per_waiting_visitor(queued);
@@ -99,5 +102,5 @@ async fn a_waiting_visitor_costs_under_256_bytes_at_any_length() {
         );
         worst = worst.max(room + abuse);
     }
-    assert!(worst < 256.0, "{worst:.0} bytes per waiting visitor");
+    assert!(worst < 272.0, "{worst:.0} bytes per waiting visitor");
 }

@@ -1,5 +1,6 @@
 complete -c concert -l cap -d 'Visitors served by the origin at the same time; everyone else waits in line. [default: 434] [env: CONCERT_CAPACITY]' -r
 complete -c concert -l max-queue -d 'Most visitors allowed to wait; newcomers beyond it are turned away. 0 means no limit. [default: 369] [env: CONCERT_MAX_QUEUE]' -r
+complete -c concert -l max-queue-per-ip -d 'Most visitors one address (an IPv6 /64) may have waiting at once; more get 429 until some are served. Addresses in -abuse-allow are not limited. 0 means no limit. [default: 32] [env: CONCERT_MAX_QUEUE_PER_IP]' -r
 complete -c concert -l token-ttl -d 'How long a waiting ticket survives without a poll. 0 uses the room default of 5m. [default: 0s] [env: CONCERT_TOKEN_TTL]' -r
 complete -c concert -l first-poll-grace -d 'Time a new ticket has to make its first status poll before it is dropped. 0 turns the rule off; otherwise at least twice the retry interval. [default: 30s] [env: CONCERT_FIRST_POLL_GRACE]' -r
 complete -c concert -l ready-grace -d 'Time a visitor whose turn has come may stay away before their place goes to the next in line; back within the ticket lifetime, they go to the front. 0 holds the place for the whole ticket lifetime; otherwise at least twice the retry interval. [default: 30s] [env: CONCERT_READY_GRACE]' -r

@@ -133,6 +133,8 @@ pub struct Config {
     // Room
     pub cap: u32,
     pub max_queue: u64,
+    /// Most live tickets one client address (IPv6: one /64) may hold; 0 = unlimited.
+    pub max_queue_per_ip: u32,
     pub token_ttl: Duration,
     pub first_poll_grace: Duration,
     pub ready_grace: Duration,
@@ -251,6 +253,7 @@ impl Default for Config {
         Config {
             cap: 434,
             max_queue: 369,
+            max_queue_per_ip: 32,
             token_ttl: Duration::ZERO,
             first_poll_grace: Duration::from_secs(30),
             ready_grace: Duration::from_secs(30),

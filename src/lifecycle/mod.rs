@@ -142,7 +142,7 @@ pub async fn start_on_workers(
     warn_unavailable_parts(&app.generation().config);
     if app.generation().config.admit_secret_generated {
         tracing::warn!(
-            "CONCERT_ADMIT_SECRET is not set: using a random secret, so passes reset on restart and are not shared between instances"
+            "CONCERT_ADMIT_SECRET is not set: using a random secret, so passes (and the recognition of expired line tickets) reset on restart and are not shared between instances"
         );
     }
     background.push(app.room.spawn_reaper());

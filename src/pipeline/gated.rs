@@ -83,6 +83,12 @@ pub(super) async fn gated<B: RequestBody>(
                 .for_client(info.html)
                 .into_response();
         }
+        Decision::AddressFull => {
+            let retry_after = generation.config.effective_retry_after();
+            return Rejection::AddressLineFull { retry_after }
+                .for_client(info.html)
+                .into_response();
+        }
     };
     // Waiting for a slot ends early if the client goes away: hyper drops this future, the
     // admission is dropped with it, and the room retires the ticket.

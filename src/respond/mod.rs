@@ -37,6 +37,8 @@ pub enum Rejection {
     MethodNotAllowed { allow: &'static str },
     /// The line is at `-max-queue`: a newcomer cannot even queue.
     QueueFull { retry_after: u32 },
+    /// The client's address (IPv6: its /64) already has `-max-queue-per-ip` visitors waiting.
+    AddressLineFull { retry_after: u32 },
     /// An admin route while no admin token is configured: it does not exist.
     AdminDisabled,
     /// An admin route with a missing or wrong token.
@@ -84,9 +86,9 @@ impl Rejection {
             Rejection::Unauthorized => StatusCode::UNAUTHORIZED,
             Rejection::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Rejection::Banned(BanLength::Permanent) | Rejection::NoPass => StatusCode::FORBIDDEN,
-            Rejection::Banned(BanLength::Timed(_)) | Rejection::AssetUserPoolFull => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            Rejection::Banned(BanLength::Timed(_))
+            | Rejection::AssetUserPoolFull
+            | Rejection::AddressLineFull { .. } => StatusCode::TOO_MANY_REQUESTS,
             Rejection::BadGateway => StatusCode::BAD_GATEWAY,
             Rejection::UploadTimedOut => StatusCode::REQUEST_TIMEOUT,
         }
@@ -113,9 +115,9 @@ impl Rejection {
     /// `Retry-After` seconds, where the refusal is one that passes.
     fn retry_after(&self) -> Option<u64> {
         match self {
-            Rejection::QueueFull { retry_after } | Rejection::LaneFull { retry_after } => {
-                Some(u64::from(*retry_after))
-            }
+            Rejection::QueueFull { retry_after }
+            | Rejection::LaneFull { retry_after }
+            | Rejection::AddressLineFull { retry_after } => Some(u64::from(*retry_after)),
             Rejection::Banned(length) => length.retry_after_secs(),
             Rejection::AssetUserPoolFull | Rejection::AssetPoolFull => {
                 Some(u64::from(ASSET_POOL_RETRY_AFTER))
@@ -151,6 +153,10 @@ impl Rejection {
             Rejection::LaneFull { retry_after } => {
                 page_or_json(pages::busy_page(retry_after), pages::busy_json(retry_after))
             }
+            Rejection::AddressLineFull { retry_after } => page_or_json(
+                pages::address_line_full_page(retry_after),
+                pages::address_line_full_json(retry_after),
+            ),
             Rejection::Banned(length) => {
                 let content_type = if html { HTML } else { JSON };
                 (

@@ -27,6 +27,29 @@ pub(super) fn queue_full_json(retry_after: u32) -> String {
     )
 }
 
+/// The page a browser gets when its address already has as many visitors waiting as one address
+/// may: people behind one shared address (an office, a campus, a mobile carrier) wait their turn
+/// for a place. It retries by itself.
+pub(super) fn address_line_full_page(retry_after: u32) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<meta http-equiv=\"refresh\" content=\"{retry_after}\">\
+<title>Too many visitors from your network</title>\
+<link rel=\"stylesheet\" href=\"{WAITING_STYLESHEET}\"></head>\
+<body><main class=\"card\"><h1>Many people on your network are already waiting</h1>\
+<p>Your network already has as many visitors in line as one network may. \
+As they are let in, there is room for you: this page tries again by itself in \
+{retry_after} seconds.</p></main></body></html>"
+    )
+}
+
+pub(super) fn address_line_full_json(retry_after: u32) -> String {
+    format!(
+        "{{\"error\":\"too many visitors waiting from this address\",\"queued\":false,\"retry_after_seconds\":{retry_after}}}"
+    )
+}
+
 /// The page for a form the priority lane could not take: it was not delivered, so the visitor
 /// must know to send it again.
 pub(super) fn busy_page(retry_after: u32) -> String {

@@ -12,6 +12,7 @@ mod ledger;
 mod line;
 pub mod page;
 mod reaper;
+mod seal;
 mod settings;
 mod shared;
 mod snapshot;
@@ -37,6 +38,7 @@ use tokio::time::Instant;
 use crate::sys::slots::Gate;
 
 pub use estimate::WaitEstimate;
+pub use seal::TicketSeal;
 pub use settings::RoomSettings;
 pub use shared::{Admission, AdmitResult, Decision, PageSlot};
 pub use visit::{Arrival, LineEntry, RoomStats, TicketInfo, Waiting};
@@ -44,7 +46,7 @@ pub use visit::{Arrival, LineEntry, RoomStats, TicketInfo, Waiting};
 pub(crate) use settings::Pricing;
 pub(crate) use snapshot::{Snapshot, SnapshotError, WallTime};
 pub(crate) use status::PollOutcome;
-pub(crate) use visit::{QueueEvent, QueueHook, RoomPromoteError};
+pub(crate) use visit::{AddressExemption, QueueEvent, QueueHook, RoomPromoteError};
 
 use estimate::RateMeter;
 use line::{Key, Line};
@@ -67,7 +69,15 @@ impl fmt::Debug for Room {
 }
 
 impl Room {
+    /// A room whose tickets are sealed under a key of its own (recognised until the process
+    /// ends).
     pub fn new(settings: RoomSettings) -> Arc<Room> {
+        Room::sealed(settings, TicketSeal::random())
+    }
+
+    /// A room whose tickets are sealed with `seal`: derived from the admission secret, its
+    /// tickets are recognised across restarts and by every instance sharing the secret.
+    pub fn sealed(settings: RoomSettings, seal: TicketSeal) -> Arc<Room> {
         let settings = settings.normalized();
         let epoch = Instant::now();
         let cap = settings.cap;
@@ -84,6 +94,8 @@ impl Room {
             gate: Gate::new(cap as usize),
             counters: Counters::default(),
             hook: RwLock::new(None),
+            address_exemption: RwLock::new(None),
+            seal,
             epoch,
         });
         Arc::new(Room {
@@ -315,6 +327,11 @@ impl Room {
 
     pub fn set_queue_hook(&self, hook: QueueHook) {
         *self.shared.hook.write() = Some(hook);
+    }
+
+    /// Sets which addresses the per-address ticket bound leaves alone.
+    pub fn set_address_exemption(&self, exemption: AddressExemption) {
+        *self.shared.address_exemption.write() = Some(exemption);
     }
 
     pub fn stats(&self) -> RoomStats {

@@ -43,6 +43,8 @@ pub struct RoomSettings {
     pub cap: u32,
     /// 0 = unlimited.
     pub max_queue: u64,
+    /// Most live tickets one address (IPv6: one /64) may hold; 0 = unlimited.
+    pub max_per_address: u32,
     pub token_ttl: Duration,
     /// 0 = off.
     pub first_poll_grace: Duration,
@@ -59,6 +61,7 @@ impl Default for RoomSettings {
         RoomSettings {
             cap: 434,
             max_queue: 369,
+            max_per_address: 0,
             token_ttl: DEFAULT_TOKEN_TTL,
             first_poll_grace: Duration::from_secs(30),
             ready_grace: Duration::from_secs(30),

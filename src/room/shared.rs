@@ -14,11 +14,12 @@ use arc_swap::ArcSwap;
 use parking_lot::{Mutex, RwLock};
 use tokio::time::Instant;
 
-use super::estimate::{RateMeter, WaitEstimate};
+use super::estimate::RateMeter;
 use super::line::{Key, Line};
+use super::seal::TicketSeal;
 use super::settings::{RoomSettings, duration_ms, proof_window_ms};
-use super::tokens::{Entry, HAS_PASS, PROMOTED, SEEN, TokenId, TokenStore, token_hex};
-use super::visit::{Arrival, QueueEvent, QueueHook, TicketInfo, Waiting};
+use super::tokens::{Entry, HAS_PASS, PROMOTED, SEEN, TokenId, TokenStore, parse_token, token_hex};
+use super::visit::{AddressExemption, Arrival, QueueEvent, QueueHook, TicketInfo, Waiting};
 use crate::sys::slots::{Gate, Permit};
 
 /// Room clock offset, so times restored from a snapshot can lie before the room started.
@@ -37,6 +38,9 @@ pub enum Decision {
     Wait(Waiting),
     /// Breaker open: 503.
     Full,
+    /// The client's address (IPv6: its /64) already holds the most tickets one address may:
+    /// 429, and no ticket.
+    AddressFull,
 }
 
 /// Result of waiting for a page slot.
@@ -96,6 +100,10 @@ pub(super) struct Shared {
     pub(super) gate: Arc<Gate>,
     pub(super) counters: Counters,
     pub(super) hook: RwLock<Option<QueueHook>>,
+    /// Addresses the per-address ticket bound does not apply to.
+    pub(super) address_exemption: RwLock<Option<AddressExemption>>,
+    /// Seals new tickets and recognises old ones.
+    pub(super) seal: TicketSeal,
     pub(super) epoch: Instant,
 }
 
@@ -343,6 +351,11 @@ impl Shared {
         // poll intervals to prove itself (poll, or come back with its cookie) and has not is
         // taken to be abandoned: the newcomer takes its room instead. Proven visitors are never
         // displaced, and within those two intervals a full line refuses newcomers as always.
+        if let Some(client) = arrival.client
+            && self.address_is_full(client, settings)
+        {
+            return Decision::AddressFull;
+        }
         let max = settings.max_queue;
         if max > 0 {
             let proven = self.tokens.proven();
@@ -369,12 +382,28 @@ impl Shared {
         let mut entry = Entry::new(key, now, arrival.client);
         entry.set(HAS_PASS, has_pass);
         let (token, waiting) = self.insert_waiting(entry, has_pass, now);
+        let waiting = Decision::Wait(waiting);
         self.tidy_unproven(max, &token, now);
+        let issued_ticket = arrival
+            .ticket_cookie
+            .and_then(parse_token)
+            .is_some_and(|old| self.seal.issued_here(&old));
         self.emit_queue(QueueEvent {
             client: arrival.client,
-            stale_ticket: arrival.ticket_cookie.is_some(),
+            stale_ticket: issued_ticket,
         });
         waiting
+    }
+
+    /// Whether `client`'s address already holds `max_per_address` live tickets. While the whole
+    /// line holds fewer, no address can, so most arrivals cost one atomic load here.
+    fn address_is_full(&self, client: IpAddr, settings: &RoomSettings) -> bool {
+        let max = settings.max_per_address;
+        if max == 0 || self.tokens.len() < u64::from(max) || self.tokens.held_by(client) < max {
+            return false;
+        }
+        let exemption = self.address_exemption.read().clone();
+        !exemption.is_some_and(|exempt| exempt(client))
     }
 
     /// Retires the oldest never-proven ticket if it was issued at or before `cutoff`, making
@@ -453,9 +482,9 @@ impl Shared {
         mut entry: Entry,
         vip: bool,
         now: u64,
-    ) -> (TokenId, Decision) {
+    ) -> (TokenId, Waiting) {
         loop {
-            let token: TokenId = rand::random();
+            let token = self.seal.issue();
             let mut shard = self.tokens.lock_for(&token);
             if shard.contains_key(&token) {
                 continue;
@@ -474,7 +503,7 @@ impl Shared {
                 position,
                 estimate,
             };
-            return (token, Decision::Wait(waiting));
+            return (token, waiting);
         }
     }
 
@@ -523,15 +552,7 @@ impl Shared {
                 };
             }
         }
-        match self.insert_waiting(entry, false, now).1 {
-            Decision::Wait(waiting) => waiting,
-            // insert_waiting only ever answers Wait.
-            Decision::Admit(_) | Decision::Full => Waiting {
-                token: String::new(),
-                position: 1,
-                estimate: WaitEstimate::UNKNOWN,
-            },
-        }
+        self.insert_waiting(entry, false, now).1
     }
 }
 

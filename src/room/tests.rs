@@ -12,6 +12,7 @@ fn settings(cap: u32) -> RoomSettings {
     RoomSettings {
         cap,
         max_queue: 0,
+        max_per_address: 0,
         token_ttl: TTL,
         first_poll_grace: Duration::ZERO,
         ready_grace: Duration::ZERO,
@@ -289,7 +290,7 @@ async fn racing_admits_against_the_reaper_keep_every_ticket_accounted() {
                         }
                     }
                     Decision::Wait(waiting) => token = Some(waiting.token),
-                    Decision::Full => token = None,
+                    Decision::Full | Decision::AddressFull => token = None,
                 }
                 tokio::task::yield_now().await;
             }
@@ -494,7 +495,7 @@ async fn visitors_are_admitted_in_arrival_order() {
                     admitted = Some((index, claimed));
                 }
                 Decision::Wait(_) => {}
-                Decision::Full => panic!("no breaker configured"),
+                Decision::Full | Decision::AddressFull => panic!("no bound configured"),
             }
         }
         let (index, claimed) = admitted.expect("someone is ready");
@@ -565,9 +566,82 @@ async fn queue_hook_runs_inline_with_the_stale_ticket_flag() {
             stale_ticket: false
         }]
     );
+    // A made-up value, even one shaped like a ticket, is no ticket.
     waiting(room.arrive(with_ticket("not-a-real-ticket")));
-    assert!(events.lock()[1].stale_ticket);
-    assert_eq!(room.stats().queued_total, 2);
+    assert!(!events.lock()[1].stale_ticket);
+    waiting(room.arrive(with_ticket(&"ab".repeat(16))));
+    assert!(!events.lock()[2].stale_ticket);
+    // A ticket this room issued and has since forgotten is a returning visitor.
+    let forgotten = waiting(room.arrive(Arrival::default())).token;
+    assert!(room.remove_token(&forgotten));
+    waiting(room.arrive(with_ticket(&forgotten)));
+    assert!(events.lock()[4].stale_ticket);
+    assert_eq!(room.stats().queued_total, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn tickets_are_recognised_across_rooms_sharing_a_secret_only() {
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+    let before_restart = Room::sealed(settings(1), TicketSeal::from_secret(SECRET, None));
+    let _held = enter(&before_restart).await;
+    let old_ticket = waiting(before_restart.arrive(Arrival::default())).token;
+
+    let events: Arc<Mutex<Vec<QueueEvent>>> = Arc::default();
+    let after_restart = Room::sealed(settings(1), TicketSeal::from_secret(SECRET, None));
+    let other_secret = Room::new(settings(1));
+    for room in [&after_restart, &other_secret] {
+        let _held = enter(room).await;
+        let sink = Arc::clone(&events);
+        room.set_queue_hook(Arc::new(move |event: &QueueEvent| sink.lock().push(*event)));
+        waiting(room.arrive(with_ticket(&old_ticket)));
+    }
+    let stale: Vec<bool> = events.lock().iter().map(|e| e.stale_ticket).collect();
+    assert_eq!(stale, [true, false]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_address_holds_at_most_its_share_of_the_line() {
+    let room = Room::new(RoomSettings {
+        max_per_address: 2,
+        ..settings(1)
+    });
+    let _held = enter(&room).await;
+    let from = |ip: &str| Arrival {
+        client: Some(ip.parse().unwrap()),
+        ..Arrival::default()
+    };
+    let first = waiting(room.arrive(from("203.0.113.7"))).token;
+    waiting(room.arrive(from("203.0.113.7")));
+    assert!(matches!(
+        room.arrive(from("203.0.113.7")),
+        Decision::AddressFull
+    ));
+    // Another address is not affected; a returning visitor of the full one keeps their place.
+    waiting(room.arrive(from("198.51.100.4")));
+    let back = waiting(room.arrive(Arrival {
+        ticket_cookie: Some(&first),
+        ..from("203.0.113.7")
+    }));
+    assert_eq!(back.token, first);
+    // IPv6 addresses count per /64: another host in the same /64 is the same client.
+    waiting(room.arrive(from("2001:db8:1:2::1")));
+    waiting(room.arrive(from("2001:db8:1:2::ffff")));
+    assert!(matches!(
+        room.arrive(from("2001:db8:1:2:aaaa::9")),
+        Decision::AddressFull
+    ));
+    waiting(room.arrive(from("2001:db8:1:3::1")));
+    // A ticket that ends frees a place for its address.
+    assert!(room.remove_token(&first));
+    waiting(room.arrive(from("203.0.113.7")));
+    // An exempt address is never bounded.
+    room.set_address_exemption(Arc::new(|ip: IpAddr| ip.is_ipv4()));
+    waiting(room.arrive(from("203.0.113.7")));
+    waiting(room.arrive(from("203.0.113.7")));
+    assert!(matches!(
+        room.arrive(from("2001:db8:1:2::2")),
+        Decision::AddressFull
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -1171,6 +1245,7 @@ mod properties {
                             let tokens = &room.shared.tokens;
                             prop_assert!(tokens.proven() + tokens.unproven() >= max_queue);
                         }
+                        Decision::AddressFull => prop_assert!(false, "no address bound configured"),
                     }
                     if max_queue > 0 {
                         prop_assert!(room.shared.tokens.unproven() <= max_queue);

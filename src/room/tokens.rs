@@ -9,6 +9,7 @@
 //! them without a scan. Locks: a shard, then the order; never the other way round.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -153,6 +154,8 @@ pub(super) struct TokenStore {
     /// was seen or removed since is stale: it is dropped when it reaches the front (or by
     /// `compact_unproven_order`), which keeps every change O(1).
     unproven_order: Mutex<VecDeque<TokenId>>,
+    /// Live tokens per client address (IPv6: per /64).
+    per_address: AddressCounts,
 }
 
 impl TokenStore {
@@ -164,6 +167,7 @@ impl TokenStore {
             count: AtomicU64::new(0),
             unproven: AtomicU64::new(0),
             unproven_order: Mutex::new(VecDeque::new()),
+            per_address: AddressCounts::new(),
         }
     }
 
@@ -197,6 +201,9 @@ impl TokenStore {
     /// Call with the shard locked, after inserting `entry` under a new `token`.
     pub(super) fn note_added(&self, token: &TokenId, entry: &Entry) {
         self.count.fetch_add(1, Ordering::Relaxed);
+        if let Some(client) = entry.client {
+            self.per_address.add(client);
+        }
         if !entry.has(SEEN) {
             self.unproven.fetch_add(1, Ordering::Relaxed);
             self.unproven_order.lock().push_back(*token);
@@ -206,9 +213,17 @@ impl TokenStore {
     /// Call with the shard locked, after removing `entry` (as it was stored).
     pub(super) fn note_removed(&self, entry: &Entry) {
         self.count.fetch_sub(1, Ordering::Relaxed);
+        if let Some(client) = entry.client {
+            self.per_address.remove(client);
+        }
         if !entry.has(SEEN) {
             self.unproven.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Live tokens held by `client`'s address (IPv6: its /64).
+    pub(super) fn held_by(&self, client: IpAddr) -> u32 {
+        self.per_address.get(client)
     }
 
     /// Call with the shard locked, when a stored entry that lacked `SEEN` gets it.
@@ -275,6 +290,71 @@ impl TokenStore {
                     .count() as u64
             })
             .sum()
+    }
+}
+
+/// One client's network as the per-address bound sees it: an IPv4 address, or an IPv6 /64 (one
+/// subscriber's usual allocation, so a client cannot step around the bound by changing the low
+/// bits of its address). Eight bytes in two halves, so a key and its count take 12 bytes in the
+/// table, which holds one per address in line: an IPv4 address is stored as if under
+/// `ffff:ffff::/32`, a prefix no network is ever given.
+type AddressKey = [u32; 2];
+
+fn address_key(ip: IpAddr) -> AddressKey {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => [u32::MAX, v4.to_bits()],
+        IpAddr::V6(v6) => {
+            let prefix = (v6.to_bits() >> 64) as u64;
+            [(prefix >> 32) as u32, prefix as u32]
+        }
+    }
+}
+
+/// Live tokens per address. An address with none has no entry, so the table is as large as the
+/// set of addresses in line. Sharded like the tokens (staggered, so the shards do not all
+/// double at once): it changes with every ticket added or removed, from every worker.
+#[derive(Debug)]
+struct AddressCounts {
+    shards: Box<[Mutex<HashMap<AddressKey, u32>>]>,
+    /// Keyed per process, so clients cannot choose addresses that crowd one shard.
+    hasher: RandomState,
+}
+
+impl AddressCounts {
+    fn new() -> AddressCounts {
+        AddressCounts {
+            shards: (0..SHARD_COUNT)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard(&self, key: AddressKey) -> &Mutex<HashMap<AddressKey, u32>> {
+        // The low bits pick the shard: the table inside uses the top ones for its tags, which
+        // must stay spread.
+        &self.shards[crate::sys::shard::staggered(self.hasher.hash_one(key) as u32)]
+    }
+
+    fn add(&self, client: IpAddr) {
+        let key = address_key(client);
+        *self.shard(key).lock().entry(key).or_insert(0) += 1;
+    }
+
+    fn remove(&self, client: IpAddr) {
+        let key = address_key(client);
+        let mut shard = self.shard(key).lock();
+        if let Some(count) = shard.get_mut(&key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                shard.remove(&key);
+            }
+        }
+    }
+
+    fn get(&self, client: IpAddr) -> u32 {
+        let key = address_key(client);
+        self.shard(key).lock().get(&key).copied().unwrap_or(0)
     }
 }
 

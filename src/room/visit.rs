@@ -34,12 +34,15 @@ pub struct Waiting {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueEvent {
     pub client: Option<IpAddr>,
-    /// The request carried some `room_ticket` cookie (stale or unknown), so it is no cookieless
-    /// churn.
+    /// The request carried a `room_ticket` this room issued (expired, removed, or from before a
+    /// restart), so it is no cookieless churn. A made-up or foreign value counts as none.
     pub stale_ticket: bool,
 }
 
 pub(crate) type QueueHook = Arc<dyn Fn(&QueueEvent) + Send + Sync>;
+
+/// Says whether an address is exempt from the per-address ticket bound.
+pub(crate) type AddressExemption = Arc<dyn Fn(IpAddr) -> bool + Send + Sync>;
 
 /// A waiting visitor as seen by removal predicates and the portal.
 #[derive(Debug, Clone, PartialEq, Eq)]
