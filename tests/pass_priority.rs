@@ -470,6 +470,69 @@ async fn forms_use_the_lane_and_are_refused_rather_than_queued_when_it_is_full()
     concert.shutdown().await.unwrap();
 }
 
+/// The attack: with a pass, any method but GET/HEAD (a made-up `FOO`, OPTIONS, no body at all)
+/// skipped a busy line, so one pass could use the lane for every request. Only standard methods
+/// that change something count as forms, and each pass has a form budget per minute.
+#[tokio::test]
+async fn only_real_form_methods_skip_the_line_and_each_pass_has_a_budget() {
+    let (origin, gate) = ranking_origin();
+    let concert = concert(&[
+        "-upstream",
+        &origin.url(),
+        "-cap",
+        "1",
+        "-priority-cap",
+        "4",
+        "-priority-wait",
+        "50ms",
+    ])
+    .await;
+    let parked = fill_room(&concert, &origin).await;
+    let client = plain_client();
+    let pass = format!(
+        "concert_admit={}",
+        mint(&concert, &pass_id(21), unix_now() + 600)
+    );
+    let send = |method: &str, pass: &str| {
+        client
+            .request(method.parse().unwrap(), url(&concert, "/form"))
+            .header(COOKIE, pass.to_string())
+            .header(ACCEPT, "application/json")
+            .send()
+    };
+    for method in ["FOO", "OPTIONS", "TRACE"] {
+        let response = send(method, &pass).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{method} must wait in line"
+        );
+    }
+    for method in ["POST", "PUT", "PATCH", "DELETE"] {
+        assert_eq!(send(method, &pass).await.unwrap().status(), StatusCode::OK);
+    }
+    // Four forms so far; the budget is twenty a minute for one pass.
+    for _ in 4..20 {
+        assert_eq!(send("POST", &pass).await.unwrap().status(), StatusCode::OK);
+    }
+    let over = send("POST", &pass).await.unwrap();
+    assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        set_cookies(&over, "room_ticket").len() == 1,
+        "queued like anyone"
+    );
+    assert_eq!(stat(&concert, "priority_forms_over_budget_total").await, 1);
+    // Another pass has its own budget.
+    let other = format!(
+        "concert_admit={}",
+        mint(&concert, &pass_id(22), unix_now() + 600)
+    );
+    assert_eq!(send("POST", &other).await.unwrap().status(), StatusCode::OK);
+    gate.add_permits(1);
+    parked.await.unwrap();
+    concert.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn queued_ranked_visitors_keep_arrival_order_and_record_their_rank() {
     let (origin, gate) = ranking_origin();

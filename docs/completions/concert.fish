@@ -18,7 +18,7 @@ complete -c concert -l pass -d 'How long a bought skip pass lasts. 0 or between 
 complete -c concert -l priority-cap -d 'Extra slots for visitors holding a priority grant. 0 means a quarter of the capacity (at least 1). [default: 0] [env: CONCERT_PRIORITY_CAP]' -r
 complete -c concert -l priority-lane-rank -d 'Grant ranks up to this one may use the priority lane. 7 means no rank does. [default: 3] [env: CONCERT_PRIORITY_LANE_RANK]' -r
 complete -c concert -l priority-wait -d 'How long a priority request may wait for a lane slot. At most 1m. [default: 5s] [env: CONCERT_PRIORITY_WAIT]' -r
-complete -c concert -l priority-forms -d 'Form submissions from admitted visitors use the priority lane while the room is full. [default: true] [env: CONCERT_PRIORITY_FORMS]' -r
+complete -c concert -l priority-forms -d 'Form submissions (POST, PUT, PATCH, DELETE) from admitted visitors use the priority lane while the room is full, up to 20 a minute per admission pass; beyond that they wait in line. [default: true] [env: CONCERT_PRIORITY_FORMS]' -r
 complete -c concert -l listen -d 'Address the public listener binds to. Restart to change. [default: :8080] [env: CONCERT_LISTEN]' -r
 complete -c concert -l upstream -d 'The protected site, as an http or https URL. [default: http://127.0.0.1:3000] [env: CONCERT_UPSTREAM]' -r
 complete -c concert -l upstream-timeout -d 'How long to wait for the origin\'s response headers after the request is sent; an upload that stalls this long gets 408, as does one averaging under 500 bytes a second once this long has passed. 0 waits forever. [default: 30s] [env: CONCERT_UPSTREAM_TIMEOUT]' -r

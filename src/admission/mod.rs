@@ -3,6 +3,7 @@
 
 pub mod assets;
 pub(crate) mod cookies;
+pub(crate) mod form_budget;
 pub mod pass;
 pub(crate) mod priority;
 pub(crate) mod streams;

@@ -16,6 +16,7 @@ use http::HeaderValue;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use super::form_budget::FormBudget;
 use super::pass::{PassId, PassSigner, ValidPass, expiry_at};
 use crate::config::duration::parse_go_duration;
 use crate::respond::Rejection;
@@ -315,6 +316,8 @@ pub struct PriorityCounters {
     pub grants_rejected: AtomicU64,
     pub forms: AtomicU64,
     pub forms_refused: AtomicU64,
+    /// Forms whose pass had used up its form budget: they went through the room instead.
+    pub forms_over_budget: AtomicU64,
     /// Gated page requests by rank.
     pub requests: [AtomicU64; 7],
 }
@@ -323,8 +326,9 @@ pub struct PriorityCounters {
 #[derive(Debug, Clone, Copy)]
 pub struct LaneRequest {
     pub rank: Rank,
-    /// `-priority-forms`, a method other than GET/HEAD, and a valid pass.
-    pub form: bool,
+    /// For a form submission (`-priority-forms`, a standard method that changes something, and
+    /// a valid pass): the pass it came with, whose form budget it draws on.
+    pub form: Option<PassId>,
     /// `-priority-lane-rank`.
     pub lane_rank: u32,
     /// `-priority-wait`.
@@ -360,6 +364,7 @@ pub enum GrantAction {
 pub struct Priority {
     pub counters: PriorityCounters,
     logged_rejections: Mutex<HashSet<String>>,
+    form_budget: FormBudget,
 }
 
 impl Priority {
@@ -392,18 +397,23 @@ impl Priority {
     /// The gate, for a request that met a busy room.
     pub async fn gate(&self, lane: &Arc<Lane>, request: LaneRequest) -> LaneDecision {
         let ranked = u32::from(request.rank.as_u8()) >= request.lane_rank;
-        if !ranked && !request.form {
-            return LaneDecision::Room;
-        }
-        if request.form {
+        if let Some(pass) = &request.form {
             self.counters.forms.fetch_add(1, Ordering::Relaxed);
+            if !ranked && !self.form_budget.take(pass, tokio::time::Instant::now()) {
+                self.counters
+                    .forms_over_budget
+                    .fetch_add(1, Ordering::Relaxed);
+                return LaneDecision::Room;
+            }
+        } else if !ranked {
+            return LaneDecision::Room;
         }
         if let Some(permit) = lane.acquire(request.rank, request.wait).await {
             self.counters.lane_served.fetch_add(1, Ordering::Relaxed);
             return LaneDecision::Lane(permit);
         }
         self.counters.lane_full.fetch_add(1, Ordering::Relaxed);
-        if request.form && !ranked {
+        if request.form.is_some() && !ranked {
             self.counters.forms_refused.fetch_add(1, Ordering::Relaxed);
             return LaneDecision::Refused(Rejection::LaneFull {
                 retry_after: request.retry_after,
@@ -645,9 +655,9 @@ mod tests {
     async fn the_gate_sends_ranks_and_forms_to_the_lane_and_refuses_unranked_forms() {
         let priority = Priority::new();
         let lane = Lane::new(1);
-        let request = |rank, form| LaneRequest {
+        let request = |rank, form: bool| LaneRequest {
             rank,
-            form,
+            form: form.then_some([7u8; 16]),
             lane_rank: 3,
             wait: Duration::from_millis(20),
             retry_after: 5,

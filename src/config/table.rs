@@ -336,7 +336,7 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-priority-forms", env: "CONCERT_PRIORITY_FORMS", group: PRIORITY, restart: false,
         check: Check::None, default: "true",
         label: "Let form posts through",
-        help: "Form submissions from admitted visitors use the priority lane while the room is full.",
+        help: "Form submissions (POST, PUT, PATCH, DELETE) from admitted visitors use the priority lane while the room is full, up to 20 a minute per admission pass; beyond that they wait in line.",
     }),
     // Origin
     setting!(listen: Str {

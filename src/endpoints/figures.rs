@@ -444,6 +444,14 @@ static FIGURES: &[Figure] = &[
         ),
         |r| count(&r.priority().forms_refused),
     ),
+    stat(
+        "priority_forms_over_budget_total",
+        C(
+            "priority_forms_over_budget",
+            "Form submissions sent through the room because their pass had used its form budget",
+        ),
+        |r| count(&r.priority().forms_over_budget),
+    ),
 ];
 
 const UPSTREAM_FAILURES_HELP: &str = "Requests the origin gave no usable answer to, by whose fault: \

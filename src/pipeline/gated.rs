@@ -47,9 +47,10 @@ pub(super) async fn gated<B: RequestBody>(
     if app.room.is_busy() {
         let request = LaneRequest {
             rank,
-            form: config.priority_forms
-                && !matches!(*req.method(), Method::GET | Method::HEAD)
-                && pass.valid().is_some(),
+            form: pass
+                .valid()
+                .filter(|_| config.priority_forms && is_form_method(req.method()))
+                .map(|valid| valid.id),
             lane_rank: config.priority_lane_rank,
             wait: config.priority_wait,
             retry_after: config.effective_retry_after(),
@@ -98,6 +99,16 @@ pub(super) async fn gated<B: RequestBody>(
         }
         AdmitResult::Requeued(waiting) => waiting_response(generation, info, &waiting),
     }
+}
+
+/// Whether a request can be a form submission: one of the standard methods that change
+/// something. GET and HEAD only read, and any other method (OPTIONS, TRACE, a made-up one) is no
+/// form a visitor sends, so it gets no way past the line.
+fn is_form_method(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
 }
 
 /// The gated handler: issue or slide the admission pass (a forged one is charged), proxy with
