@@ -848,6 +848,7 @@ async fn one_address_cannot_fill_the_line() {
         join(&concert, "192.0.2.9", None).await;
     }
     assert_eq!(concert.app.room.stats().live_queue_depth, 9);
+    assert_eq!(stats(&concert).await["address_full_total"], 3);
     origin.release(1);
     let _ = holder.await;
 }

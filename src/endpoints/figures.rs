@@ -216,6 +216,14 @@ static FIGURES: &[Figure] = &[
         ),
         |r| Count(r.room.rejoined_total),
     ),
+    stat(
+        "address_full_total",
+        C(
+            "address_full",
+            "Newcomers turned away because their address already had -max-queue-per-ip visitors waiting",
+        ),
+        |r| Count(r.room.address_full_total),
+    ),
     Figure {
         key: None,
         exposed: C("proxied", "Requests forwarded to the origin"),

@@ -356,6 +356,7 @@ impl Room {
             admitted_total: load(&counters.admitted),
             lapsed_total: load(&counters.lapsed),
             rejoined_total: load(&counters.rejoined),
+            address_full_total: load(&counters.address_full),
             issued: core.line.issued(),
             now_serving: core.line.now_serving(),
             ghosts: core.line.ghost_count(),

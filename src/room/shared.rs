@@ -61,6 +61,7 @@ pub(super) struct Counters {
     pub(super) admitted: AtomicU64,
     pub(super) lapsed: AtomicU64,
     pub(super) rejoined: AtomicU64,
+    pub(super) address_full: AtomicU64,
 }
 
 pub(super) fn bump(counter: &AtomicU64, by: u64) {
@@ -354,6 +355,7 @@ impl Shared {
         if let Some(client) = arrival.client
             && self.address_is_full(client, settings)
         {
+            bump(&self.counters.address_full, 1);
             return Decision::AddressFull;
         }
         let max = settings.max_queue;

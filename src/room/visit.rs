@@ -93,6 +93,8 @@ pub struct RoomStats {
     pub lapsed_total: u64,
     /// Lapsed visitors who came back and were put at the front of the line.
     pub rejoined_total: u64,
+    /// Newcomers turned away because their address already had `max_per_address` tickets.
+    pub address_full_total: u64,
     /// Line counters, for diagnostics: issued = now_serving + ghosts + live + in flight.
     pub issued: u64,
     pub now_serving: u64,
