@@ -226,7 +226,7 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-max-queue-per-ip", env: "CONCERT_MAX_QUEUE_PER_IP", group: ROOM, restart: false,
         check: int(0, MAX_I32), default: "32",
         label: "Line places per address",
-        help: "Most visitors one address (an IPv6 /64) may have waiting at once; more get 429 until some are served. Addresses in -abuse-allow are not limited. 0 means no limit.",
+        help: "Most visitors one address (an IPv6 /64) may have waiting at once; more get 429 until some are served. Addresses in -abuse-allow or -trusted-proxies are not limited. 0 means no limit.",
     }),
     setting!(token_ttl: Dur {
         flag: "-token-ttl", env: "CONCERT_TOKEN_TTL", group: ROOM, restart: false,
