@@ -128,7 +128,7 @@ pub(super) fn parse_byte_size(text: &str) -> Result<u64, String> {
 pub(super) fn format_byte_size(bytes: u64) -> String {
     for (suffix, shift) in [('g', 30), ('m', 20), ('k', 10)] {
         let unit = 1u64 << shift;
-        if bytes != 0 && bytes % unit == 0 {
+        if bytes != 0 && bytes.is_multiple_of(unit) {
             return format!("{}{suffix}", bytes / unit);
         }
     }

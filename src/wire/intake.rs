@@ -310,7 +310,7 @@ impl Body for TakenBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http_body_util::{BodyExt as _, Full, StreamBody};
+    use http_body_util::{Full, StreamBody};
 
     fn limits(max_bytes: u64) -> IntakeLimits {
         IntakeLimits {
