@@ -10,8 +10,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::future::Future;
-use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -29,8 +28,13 @@ use crate::store::SpoolDir;
 
 /// Bytes of one page body kept in memory before it moves to a file (nginx's
 /// `client_body_buffer_size` on 64-bit systems is 16 KiB; a little more keeps most form posts
-/// off the disk). Also the size of each write to and read from that file.
+/// off the disk). Also the size of each write to that file.
 pub(crate) const MEMORY_LIMIT: usize = 64 * 1024;
+
+/// Bytes read back from a spool file at a time on the way to the origin. Only requests that
+/// hold a slot read back, so a larger piece costs little memory and saves round trips to the
+/// blocking pool.
+const READ_BACK: usize = 256 * 1024;
 
 /// The limits of one body read.
 #[derive(Debug, Clone, Copy)]
@@ -196,6 +200,19 @@ fn write_batch(file: Option<File>, spool: &SpoolDir, batch: Vec<Bytes>) -> io::R
     Ok((file, wrote))
 }
 
+/// Reads `length` bytes at `offset` of the spool file (a short file is an error).
+fn read_piece(file: File, offset: u64, length: u64) -> io::Result<(File, Bytes)> {
+    let mut piece = Vec::with_capacity(usize::try_from(length).unwrap_or(READ_BACK));
+    let mut reader = &file;
+    reader.seek(SeekFrom::Start(offset))?;
+    // `read_to_end` fills the spare capacity without zeroing it first.
+    reader.take(length).read_to_end(&mut piece)?;
+    if u64::try_from(piece.len()).unwrap_or(u64::MAX) != length {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    Ok((file, Bytes::from(piece)))
+}
+
 /// A body taken in whole, as it goes to the origin: its length is known, so it travels with
 /// `Content-Length`.
 pub(crate) struct TakenBody {
@@ -262,13 +279,9 @@ impl Body for TakenBody {
                             ))));
                         };
                         let at = *offset;
-                        let wanted = usize::try_from(*end - at)
-                            .unwrap_or(usize::MAX)
-                            .min(MEMORY_LIMIT);
+                        let wanted = (*end - at).min(READ_BACK as u64);
                         *reading = Some(tokio::task::spawn_blocking(move || {
-                            let mut buffer = vec![0u8; wanted];
-                            from.read_exact_at(&mut buffer, at)?;
-                            Ok((from, Bytes::from(buffer)))
+                            read_piece(from, at, wanted)
                         }));
                     }
                     let Some(task) = reading.as_mut() else {
