@@ -13,7 +13,7 @@ use crate::abuse;
 use crate::admission::cookies::CookieAttrs;
 use crate::admission::{assets, pass, priority, streams};
 use crate::config::Config;
-use crate::paths::matchers::RouteTable;
+use crate::paths::matchers::{PathSet, RouteTable};
 use crate::proxy::{self, FailureCounts, Proxy, ProxySettings};
 use crate::room::page::WaitingPage;
 use crate::room::{self, Room, RoomSettings};
@@ -25,6 +25,8 @@ use crate::sys::workers::WorkerLoad;
 pub struct Generation {
     pub config: Arc<Config>,
     pub routes: RouteTable,
+    /// Page paths whose request bodies stream to the origin instead of being taken in first.
+    pub(crate) unbuffered_uploads: PathSet,
     pub proxy: Arc<Proxy>,
     pub page: Arc<WaitingPage>,
     pub cookies: CookieAttrs,
@@ -53,6 +55,8 @@ pub enum BuildError {
     },
     #[error("cannot build the proxy for -upstream: {0}")]
     Proxy(String),
+    #[error("cannot prepare the directory request bodies are buffered in: {0}")]
+    Spool(std::io::Error),
 }
 
 impl Generation {
@@ -73,6 +77,7 @@ impl Generation {
         let metrics_path_routed = config.metrics_path.as_deref().is_some_and(|path| {
             routes.classify(path).is_some() || routes.classify(&format!("{path}/")).is_some()
         });
+        let unbuffered_uploads = PathSet::new(&config.unbuffered_upload_paths);
         let proxy = match previous {
             Some(prev) if same_proxy_inputs(&prev.config, &config) => prev.proxy.clone(),
             _ => Arc::new(
@@ -109,6 +114,7 @@ impl Generation {
         Ok(Generation {
             config,
             routes,
+            unbuffered_uploads,
             proxy,
             page,
             cookies,
@@ -229,6 +235,8 @@ pub struct App {
     baseline: Arc<Config>,
     /// The locked data directory, when persistence is on.
     pub data_dir: Option<Arc<store::DataDir>>,
+    /// Where page bodies too large for memory wait for their slot.
+    pub(crate) spool: Arc<store::SpoolDir>,
     /// Open client connections per serving worker, once serving has started.
     connections: std::sync::OnceLock<Arc<WorkerLoad>>,
     /// The stop as long-lived answers see it: event streams end and WebSockets close when the
@@ -279,6 +287,11 @@ impl App {
             config,
         )));
         wire_abuse(&abuse, &room);
+        let spool = match &data_dir {
+            Some(dir) => store::SpoolDir::in_data_dir(dir.path()),
+            None => store::SpoolDir::in_system_temp(),
+        }
+        .map_err(BuildError::Spool)?;
         Ok(Arc::new(App {
             generation: ArcSwap::from_pointee(generation),
             room,
@@ -292,7 +305,14 @@ impl App {
             drain: proxy::Drain::default(),
             baseline: Arc::new(baseline),
             data_dir,
+            spool: Arc::new(spool),
         }))
+    }
+
+    /// The directory page bodies too large for memory are buffered in (their files have no
+    /// name, so it always looks empty).
+    pub fn upload_spool_dir(&self) -> &std::path::Path {
+        self.spool.path()
     }
 
     /// Open client connections per serving worker (empty before serving starts).

@@ -23,7 +23,7 @@ _concert() {
 
     case "${cmd}" in
         concert)
-            opts="-h --cap --max-queue --max-queue-per-ip --token-ttl --first-poll-grace --ready-grace --reaper --retry-after --api-json --html --fastlane-config --networks-config --fastlane-entry-ttl --rate --surge --skip-url --pass --priority-cap --priority-lane-rank --priority-wait --priority-forms --listen --upstream --upstream-timeout --preserve-host --trusted-proxies --access-log --secure-cookie --cookie-path --cookie-domain --bypass --ban-paths --assets --asset-public --asset-cap --asset-wait --asset-user-cap-h1 --asset-user-cap-h2 --asset-user-wait --admit-ttl --client-proto-header --stream-paths --stream-cap --abuse --abuse-strikes --abuse-window --abuse-cooldown --abuse-max-cooldown --abuse-max-entries --abuse-allow --tls-domains --tls-email --tls-cache --tls-staging --portal-listen --portal-allow --portal-session-ttl --portal-secure-cookie --history-log --data-dir --demo --log-format --workers --metrics-path --version --help"
+            opts="-h --cap --max-queue --max-queue-per-ip --token-ttl --first-poll-grace --ready-grace --reaper --retry-after --api-json --html --fastlane-config --networks-config --fastlane-entry-ttl --rate --surge --skip-url --pass --priority-cap --priority-lane-rank --priority-wait --priority-forms --listen --upstream --upstream-timeout --max-body --upload-timeout --preserve-host --trusted-proxies --access-log --secure-cookie --cookie-path --cookie-domain --bypass --ban-paths --unbuffered-upload-paths --assets --asset-public --asset-cap --asset-wait --asset-user-cap-h1 --asset-user-cap-h2 --asset-user-wait --admit-ttl --client-proto-header --stream-paths --stream-cap --abuse --abuse-strikes --abuse-window --abuse-cooldown --abuse-max-cooldown --abuse-max-entries --abuse-allow --tls-domains --tls-email --tls-cache --tls-staging --portal-listen --portal-allow --portal-session-ttl --portal-secure-cookie --history-log --data-dir --demo --log-format --workers --metrics-path --version --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -125,6 +125,14 @@ _concert() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --max-body)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --upload-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --preserve-host)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -154,6 +162,10 @@ _concert() {
                     return 0
                     ;;
                 --ban-paths)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --unbuffered-upload-paths)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -22,6 +22,8 @@ complete -c concert -l priority-forms -d 'Form submissions (POST, PUT, PATCH, DE
 complete -c concert -l listen -d 'Address the public listener binds to. Restart to change. [default: :8080] [env: CONCERT_LISTEN]' -r
 complete -c concert -l upstream -d 'The protected site, as an http or https URL. [default: http://127.0.0.1:3000] [env: CONCERT_UPSTREAM]' -r
 complete -c concert -l upstream-timeout -d 'How long to wait for the origin\'s response headers after the request is sent; an upload that stalls this long gets 408, as does one averaging under 500 bytes a second once this long has passed. 0 waits forever. [default: 30s] [env: CONCERT_UPSTREAM_TIMEOUT]' -r
+complete -c concert -l max-body -d 'Largest request body Concert takes in for a page: bigger ones get 413, a declared length at once, a chunked body as soon as it passes the limit. Bytes, or with a k, m or g suffix (powers of 1024). 0 means no limit. [default: 64m] [env: CONCERT_MAX_BODY]' -r
+complete -c concert -l upload-timeout -d 'Longest time a page\'s request body may take to arrive in full before it gets 408; the body is taken in before the request waits for a page slot, so a slow upload never holds one. A body that sends nothing for 20s gets 408 sooner. 0 means no overall limit. [default: 2m0s] [env: CONCERT_UPLOAD_TIMEOUT]' -r
 complete -c concert -l preserve-host -d 'Forward the visitor\'s Host header instead of the origin\'s host. [default: true] [env: CONCERT_PRESERVE_HOST]' -r
 complete -c concert -l trusted-proxies -d 'Addresses or CIDRs whose X-Forwarded-For header is believed. [default: 127.0.0.1/32,::1/128] [env: CONCERT_TRUSTED_PROXIES]' -r
 complete -c concert -l access-log -d 'Write one line per request to standard output. [default: true] [env: CONCERT_ACCESS_LOG]' -r
@@ -30,6 +32,7 @@ complete -c concert -l cookie-path -d 'Path attribute of the waiting-room and pa
 complete -c concert -l cookie-domain -d 'Domain attribute of the cookies. Empty keeps them on the exact host. [default: ""] [env: CONCERT_COOKIE_DOMAIN]' -r
 complete -c concert -l bypass -d 'Paths sent straight to the origin without waiting. A trailing /* covers everything below. [default: /favicon.ico] [env: CONCERT_BYPASS]' -r
 complete -c concert -l ban-paths -d 'Paths only scanners ask for; a request to one bans the client at once. Needs abuse protection on. [default: ""] [env: CONCERT_BAN_PATHS]' -r
+complete -c concert -l unbuffered-upload-paths -d 'Page paths whose request bodies stream to the origin as they arrive instead of being taken in first. Risky: such a request holds its page slot while the client sends, kept in check only by the origin response timeout and a 500 bytes a second minimum; -max-body and -upload-timeout do not apply. [default: ""] [env: CONCERT_UNBUFFERED_UPLOAD_PATHS]' -r
 complete -c concert -l assets -d 'Paths served to admitted visitors outside the page slots, limited per visitor. [default: ""] [env: CONCERT_ASSETS]' -r
 complete -c concert -l asset-public -d 'Asset paths anyone may fetch without an admission pass, within the global asset limit. [default: ""] [env: CONCERT_ASSET_PUBLIC]' -r
 complete -c concert -l asset-cap -d 'Asset requests in flight across all visitors. 0 means capacity times the HTTP/2 per-visitor limit. [default: 0] [env: CONCERT_ASSET_CAP]' -r

@@ -143,6 +143,7 @@ fn rewrite_args(args: &[String]) -> (Vec<String>, bool) {
 fn value_name(ty: ValueType) -> &'static str {
     match ty {
         ValueType::U32 | ValueType::U64 => "N",
+        ValueType::Bytes => "SIZE",
         ValueType::F64 => "NUMBER",
         ValueType::Bool => "BOOL",
         ValueType::Dur => "DURATION",

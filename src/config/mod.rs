@@ -159,6 +159,8 @@ pub struct Config {
     pub listen: String,
     pub upstream: String,
     pub upstream_timeout: Duration,
+    pub max_body: u64,
+    pub upload_timeout: Duration,
     pub preserve_host: bool,
     pub trusted_proxies: CidrList,
     pub access_log: bool,
@@ -169,6 +171,7 @@ pub struct Config {
     // Paths
     pub bypass: PathList,
     pub ban_paths: PathList,
+    pub unbuffered_upload_paths: PathList,
     // Assets
     pub assets: PathList,
     pub asset_public: PathList,
@@ -237,6 +240,10 @@ pub struct Config {
     /// request bodies. Streamed bodies hold a page slot, and without a minimum a byte sent
     /// just inside each stall limit held it for good. Not a flag; tests lower it.
     pub upload_min_rate: u64,
+    /// Longest pause in a request body Concert reads itself (a page's body taken in before
+    /// its slot, an admin call's body) before the request gets 408: 20 s, the body timeout
+    /// Apache's mod_reqtimeout starts from. Not a flag; tests shorten it.
+    pub body_progress_timeout: Duration,
     /// Open connections per worker beyond which an HTTP/1 connection falling idle is kept only
     /// for the 10 s a request head may take: each idle connection holds about 36 KB, and a spike
     /// of visitors would otherwise keep two minutes' worth of them (1,024: the `worker_connections`
@@ -275,6 +282,8 @@ impl Default for Config {
             listen: ":8080".to_string(),
             upstream: "http://127.0.0.1:3000".to_string(),
             upstream_timeout: Duration::from_secs(30),
+            max_body: 64 << 20,
+            upload_timeout: Duration::from_secs(120),
             preserve_host: true,
             trusted_proxies: loopback.clone(),
             access_log: true,
@@ -283,6 +292,7 @@ impl Default for Config {
             cookie_domain: String::new(),
             bypass: PathList::parse_strict("/favicon.ico").unwrap_or_default(),
             ban_paths: PathList::default(),
+            unbuffered_upload_paths: PathList::default(),
             assets: PathList::default(),
             asset_public: PathList::default(),
             asset_cap: 0,
@@ -323,6 +333,7 @@ impl Default for Config {
             keep_alive_idle: Duration::from_secs(120),
             client_send_timeout: Duration::from_secs(60),
             upload_min_rate: 500,
+            body_progress_timeout: Duration::from_secs(20),
             keep_alive_crowd: 1024,
             sources: vec![Source::Default; SETTINGS.len()],
         }
@@ -353,6 +364,7 @@ impl fmt::Debug for Config {
             .field("keep_alive_idle", &self.keep_alive_idle)
             .field("client_send_timeout", &self.client_send_timeout)
             .field("upload_min_rate", &self.upload_min_rate)
+            .field("body_progress_timeout", &self.body_progress_timeout)
             .field("keep_alive_crowd", &self.keep_alive_crowd)
             .finish()
     }

@@ -40,6 +40,8 @@ const PORTAL: &str = "Portal";
 pub enum ValueType {
     U32,
     U64,
+    /// A byte count, written plainly or with a `k`, `m` or `g` suffix (powers of 1024).
+    Bytes,
     F64,
     Bool,
     Dur,
@@ -111,6 +113,7 @@ const ANY_DURATION: Check = Check::None;
 pub(super) enum SlotRef<'a> {
     U32(&'a u32),
     U64(&'a u64),
+    Bytes(&'a u64),
     F64(&'a f64),
     Bool(&'a bool),
     Dur(&'a Duration),
@@ -124,6 +127,7 @@ pub(super) enum SlotRef<'a> {
 pub(super) enum Slot<'a> {
     U32(&'a mut u32),
     U64(&'a mut u64),
+    Bytes(&'a mut u64),
     F64(&'a mut f64),
     Bool(&'a mut bool),
     Dur(&'a mut Duration),
@@ -357,6 +361,18 @@ pub static SETTINGS: &[SettingDef] = &[
         label: "Origin response timeout",
         help: "How long to wait for the origin's response headers after the request is sent; an upload that stalls this long gets 408, as does one averaging under 500 bytes a second once this long has passed. 0 waits forever.",
     }),
+    setting!(max_body: Bytes {
+        flag: "-max-body", env: "CONCERT_MAX_BODY", group: ORIGIN, restart: false,
+        check: Check::None, default: "64m",
+        label: "Largest request body",
+        help: "Largest request body Concert takes in for a page: bigger ones get 413, a declared length at once, a chunked body as soon as it passes the limit. Bytes, or with a k, m or g suffix (powers of 1024). 0 means no limit.",
+    }),
+    setting!(upload_timeout: Dur {
+        flag: "-upload-timeout", env: "CONCERT_UPLOAD_TIMEOUT", group: ORIGIN, restart: false,
+        check: seconds(SECOND, DAY, true), default: "2m0s",
+        label: "Upload time limit",
+        help: "Longest time a page's request body may take to arrive in full before it gets 408; the body is taken in before the request waits for a page slot, so a slow upload never holds one. A body that sends nothing for 20s gets 408 sooner. 0 means no overall limit.",
+    }),
     setting!(preserve_host: Bool {
         flag: "-preserve-host", env: "CONCERT_PRESERVE_HOST", group: ORIGIN, restart: false,
         check: Check::None, default: "true",
@@ -406,6 +422,12 @@ pub static SETTINGS: &[SettingDef] = &[
         check: Check::None, default: "",
         label: "Ban paths",
         help: "Paths only scanners ask for; a request to one bans the client at once. Needs abuse protection on.",
+    }),
+    setting!(unbuffered_upload_paths: Paths {
+        flag: "-unbuffered-upload-paths", env: "CONCERT_UNBUFFERED_UPLOAD_PATHS", group: PATHS, restart: false,
+        check: Check::None, default: "",
+        label: "Unbuffered upload paths",
+        help: "Page paths whose request bodies stream to the origin as they arrive instead of being taken in first. Risky: such a request holds its page slot while the client sends, kept in check only by the origin response timeout and a 500 bytes a second minimum; -max-body and -upload-timeout do not apply.",
     }),
     // Assets
     setting!(assets: Paths {

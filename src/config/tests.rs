@@ -118,6 +118,7 @@ fn row_accessors_match_declared_types() {
         let read = match (def.get)(&config) {
             SlotRef::U32(_) => ValueType::U32,
             SlotRef::U64(_) => ValueType::U64,
+            SlotRef::Bytes(_) => ValueType::Bytes,
             SlotRef::F64(_) => ValueType::F64,
             SlotRef::Bool(_) => ValueType::Bool,
             SlotRef::Dur(_) => ValueType::Dur,
@@ -129,6 +130,7 @@ fn row_accessors_match_declared_types() {
         let write = match (def.get_mut)(&mut config) {
             Slot::U32(_) => ValueType::U32,
             Slot::U64(_) => ValueType::U64,
+            Slot::Bytes(_) => ValueType::Bytes,
             Slot::F64(_) => ValueType::F64,
             Slot::Bool(_) => ValueType::Bool,
             Slot::Dur(_) => ValueType::Dur,
@@ -144,7 +146,7 @@ fn row_accessors_match_declared_types() {
 #[test]
 fn list_kinds_are_declared() {
     let count = |ty| SETTINGS.iter().filter(|d| d.ty == ty).count();
-    assert_eq!(count(ValueType::Paths), 5);
+    assert_eq!(count(ValueType::Paths), 6);
     assert_eq!(count(ValueType::Cidr), 3);
     assert_eq!(count(ValueType::Hosts), 1);
     let restart: Vec<&str> = SETTINGS
@@ -974,4 +976,59 @@ fn a_bad_env_value_stops_the_start_even_under_a_flag() {
     let config = load_with(&["-cap", "5"], &[("CONCERT_CAPACITY", "7")]).unwrap();
     assert_eq!(config.cap, 5);
     assert_eq!(config.source("cap"), Source::Flag);
+}
+
+#[test]
+fn body_sizes_take_plain_bytes_or_power_of_1024_suffixes() {
+    let config = start(&["-max-body", "10m"], &[]).unwrap();
+    assert_eq!(config.max_body, 10 << 20);
+    for (text, bytes) in [
+        ("0", 0),
+        ("65536", 65_536),
+        ("64k", 65_536),
+        ("2G", 2 << 30),
+    ] {
+        let config = start(&[], &[("CONCERT_MAX_BODY", text)]).unwrap();
+        assert_eq!(config.max_body, bytes, "{text}");
+    }
+    for bad in [
+        "",
+        "m",
+        "10mb",
+        "1.5m",
+        "-1",
+        "99999999999999999999",
+        "20000000000g",
+    ] {
+        let error = start(&["-max-body", bad], &[]).unwrap_err().to_string();
+        assert!(error.contains("-max-body"), "{bad}: {error}");
+    }
+    assert_eq!(Config::default().max_body, 64 << 20);
+    let mut config = Config::default();
+    config.set_json("max_body", &json!("1k")).unwrap();
+    assert_eq!(config.max_body, 1024);
+    config.set_json("max_body", &json!(5000)).unwrap();
+    assert_eq!(config.max_body, 5000);
+    assert!(config.set_json("max_body", &json!(-1)).is_err());
+    assert!(config.set_json("max_body", &json!(true)).is_err());
+}
+
+#[test]
+fn upload_paths_and_deadline_have_their_defaults() {
+    let config = start(&[], &[]).unwrap();
+    assert_eq!(config.upload_timeout, Duration::from_secs(120));
+    assert!(config.unbuffered_upload_paths.is_empty());
+    let config = start(
+        &[
+            "-unbuffered-upload-paths",
+            "/upload,/media/*",
+            "-upload-timeout",
+            "0",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.unbuffered_upload_paths.as_str(), "/upload,/media/*");
+    assert_eq!(config.upload_timeout, Duration::ZERO);
+    assert!(start(&["-unbuffered-upload-paths", "/_room/cap"], &[]).is_err());
 }

@@ -22,6 +22,7 @@ pub(super) enum TextOrigin {
 pub(super) enum Parsed {
     U32(u32),
     U64(u64),
+    Bytes(u64),
     F64(f64),
     Bool(bool),
     Dur(Duration),
@@ -36,6 +37,7 @@ impl Parsed {
         match self {
             Parsed::U32(v) => SlotRef::U32(v),
             Parsed::U64(v) => SlotRef::U64(v),
+            Parsed::Bytes(v) => SlotRef::Bytes(v),
             Parsed::F64(v) => SlotRef::F64(v),
             Parsed::Bool(v) => SlotRef::Bool(v),
             Parsed::Dur(v) => SlotRef::Dur(v),
@@ -97,6 +99,42 @@ fn finite(value: f64) -> Result<f64, String> {
     }
 }
 
+const BYTE_SIZE_FORM: &str = "must be a number of bytes, optionally with a k, m or g suffix (powers of 1024), like 65536 or 64m";
+
+/// A byte count: digits, optionally followed by `k`, `m` or `g` (either case), each a power of
+/// 1024 as nginx reads its sizes.
+pub(super) fn parse_byte_size(text: &str) -> Result<u64, String> {
+    let (digits, unit) = match text.char_indices().last() {
+        Some((at, suffix)) if suffix.is_ascii_alphabetic() => (&text[..at], Some(suffix)),
+        _ => (text, None),
+    };
+    let shift = match unit.map(|suffix| suffix.to_ascii_lowercase()) {
+        None => 0,
+        Some('k') => 10,
+        Some('m') => 20,
+        Some('g') => 30,
+        Some(_) => return Err(BYTE_SIZE_FORM.to_string()),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(BYTE_SIZE_FORM.to_string());
+    }
+    let count: u64 = digits.parse().map_err(|_| "is too large".to_string())?;
+    count
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| "is too large".to_string())
+}
+
+/// The shortest exact form [`parse_byte_size`] reads back: `64m` rather than `67108864`.
+pub(super) fn format_byte_size(bytes: u64) -> String {
+    for (suffix, shift) in [('g', 30), ('m', 20), ('k', 10)] {
+        let unit = 1u64 << shift;
+        if bytes != 0 && bytes.is_multiple_of(unit) {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
 const DURATION_FORM: &str = "use a duration like 300ms, 30s or 1h30m";
 
 /// Decodes flag or env text (flags and env keep strings as given; host lists merge duplicates).
@@ -112,6 +150,7 @@ pub(super) fn parse_text(
             let value: i128 = trimmed.parse().map_err(|_| int_range_text(min, max))?;
             store_int(def, int_in_range(def, value)?)
         }
+        ValueType::Bytes => parse_byte_size(trimmed).map(Parsed::Bytes),
         ValueType::F64 => trimmed
             .parse::<f64>()
             .map_err(|_| "must be a number".to_string())
@@ -154,6 +193,14 @@ pub(super) fn parse_json(def: &SettingDef, value: &Value) -> Result<Parsed, Stri
             let whole = whole.ok_or_else(|| int_range_text(min, max))?;
             store_int(def, int_in_range(def, whole)?)
         }
+        ValueType::Bytes => match value {
+            Value::String(text) => parse_byte_size(text.trim()).map(Parsed::Bytes),
+            Value::Number(number) => number
+                .as_u64()
+                .map(Parsed::Bytes)
+                .ok_or_else(|| BYTE_SIZE_FORM.to_string()),
+            _ => Err(BYTE_SIZE_FORM.to_string()),
+        },
         ValueType::F64 => value
             .as_f64()
             .ok_or_else(|| "must be a number".to_string())
@@ -196,7 +243,7 @@ pub(super) fn check_value(def: &SettingDef, value: SlotRef<'_>) -> Result<(), St
     match (def.check, value) {
         (Check::None, _) => Ok(()),
         (Check::Int { min, max }, SlotRef::U32(v)) => int_check(u64::from(*v), min, max),
-        (Check::Int { min, max }, SlotRef::U64(v)) => int_check(*v, min, max),
+        (Check::Int { min, max }, SlotRef::U64(v) | SlotRef::Bytes(v)) => int_check(*v, min, max),
         (Check::Float { min, max }, SlotRef::F64(v)) => {
             if v.is_finite() && (min..=max).contains(v) {
                 Ok(())
@@ -321,7 +368,9 @@ fn check_cookie_attribute(text: &str) -> Result<(), String> {
 pub(super) fn store(slot: Slot<'_>, parsed: Parsed) -> Result<(), String> {
     match (slot, parsed) {
         (Slot::U32(field), Parsed::U32(v)) => *field = v,
-        (Slot::U64(field), Parsed::U64(v)) => *field = v,
+        (Slot::U64(field), Parsed::U64(v)) | (Slot::Bytes(field), Parsed::Bytes(v)) => {
+            *field = v;
+        }
         (Slot::F64(field), Parsed::F64(v)) => *field = v,
         (Slot::Bool(field), Parsed::Bool(v)) => *field = v,
         (Slot::Dur(field), Parsed::Dur(v)) => *field = v,
@@ -338,7 +387,9 @@ pub(super) fn store(slot: Slot<'_>, parsed: Parsed) -> Result<(), String> {
 pub(super) fn copy(slot: Slot<'_>, source: SlotRef<'_>) -> Result<(), String> {
     match (slot, source) {
         (Slot::U32(field), SlotRef::U32(v)) => *field = *v,
-        (Slot::U64(field), SlotRef::U64(v)) => *field = *v,
+        (Slot::U64(field), SlotRef::U64(v)) | (Slot::Bytes(field), SlotRef::Bytes(v)) => {
+            *field = *v;
+        }
         (Slot::F64(field), SlotRef::F64(v)) => *field = *v,
         (Slot::Bool(field), SlotRef::Bool(v)) => *field = *v,
         (Slot::Dur(field), SlotRef::Dur(v)) => *field = *v,
@@ -356,6 +407,7 @@ pub(super) fn to_text(value: SlotRef<'_>) -> String {
     match value {
         SlotRef::U32(v) => v.to_string(),
         SlotRef::U64(v) => v.to_string(),
+        SlotRef::Bytes(v) => format_byte_size(*v),
         SlotRef::F64(v) => v.to_string(),
         SlotRef::Bool(v) => v.to_string(),
         SlotRef::Dur(v) => format_go_duration(*v),

@@ -1,5 +1,7 @@
 //! The admin API under `/_room/`: the live cap and the abuse registry (list, unban, ban), all
-//! behind `Authorization: Bearer <CONCERT_ADMIN_TOKEN>`.
+//! behind `Authorization: Bearer <CONCERT_ADMIN_TOKEN>`. The token is checked before any of a
+//! request's body is read, and a body is read only up to [`ADMIN_BODY_LIMIT`] and within the
+//! body deadlines.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -14,6 +16,25 @@ use subtle::ConstantTimeEq;
 use crate::app::{App, ChangeError};
 use crate::respond::Rejection;
 use crate::respond::values::{error_json, json_response};
+use crate::wire::intake::{IntakeLimits, collect};
+
+/// Largest admin request body: the calls carry a few fields of JSON.
+const ADMIN_BODY_LIMIT: u64 = 64 * 1024;
+
+/// An authorised admin call's body, read within the admin limit and the body deadlines; the
+/// refusal (413, 408, 400) otherwise.
+async fn read_admin_body(app: &App, body: Body) -> Result<Bytes, Response<Body>> {
+    let config = &app.generation().config;
+    let limits = IntakeLimits {
+        max_bytes: ADMIN_BODY_LIMIT,
+        progress: config.body_progress_timeout,
+        deadline: (!config.upload_timeout.is_zero())
+            .then(|| tokio::time::Instant::now() + config.upload_timeout),
+    };
+    collect(body, limits)
+        .await
+        .map_err(|error| Rejection::from(&error).into_response())
+}
 
 /// The resolved client of an admin request, for strikes.
 #[derive(Clone, Copy)]
@@ -55,11 +76,15 @@ pub(super) async fn set_cap(
     Extension(app): Extension<Arc<App>>,
     Extension(Client(client)): Extension<Client>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response<Body> {
     if let Err(rejection) = authorize(&app, &headers, client) {
         return rejection.into_response();
     }
+    let body = match read_admin_body(&app, body).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
     let requested: CapBody = match crate::store::json_object(&body) {
         Ok(parsed) => parsed,
         Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
@@ -199,12 +224,16 @@ pub(super) async fn abuse_ban(
     Extension(app): Extension<Arc<App>>,
     Extension(Client(client)): Extension<Client>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response<Body> {
     use crate::abuse::{BanError, BanLength, BanTarget};
     if let Some(refused) = abuse_gate(&app, &headers, client) {
         return refused;
     }
+    let body = match read_admin_body(&app, body).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
     let request: BanBody = match crate::store::json_object(&body) {
         Ok(parsed) => parsed,
         Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),

@@ -1,5 +1,5 @@
 //! The path lists compiled for the request path: the route table (bypass, assets, public
-//! assets, streams) and the ban-path matcher.
+//! assets, streams), the ban-path matcher, and plain path sets (unbuffered uploads).
 //!
 //! Matching cost depends only on the depth of the request path: exact rules sit in a hash map and
 //! prefix rules are found by probing each `/`-ancestor of the path.
@@ -125,6 +125,27 @@ impl BanPathMatcher {
     }
 }
 
+/// A compiled path list that only answers whether it holds a path. Paths given to `contains`
+/// must be normalised first.
+#[derive(Clone, Debug)]
+pub(crate) struct PathSet {
+    index: RuleIndex<()>,
+}
+
+impl PathSet {
+    pub(crate) fn new(list: &PathList) -> PathSet {
+        let mut index = RuleIndex::new();
+        for rule in list.rules() {
+            index.insert(rule, ());
+        }
+        PathSet { index }
+    }
+
+    pub(crate) fn contains(&self, path: &str) -> bool {
+        !self.index.is_empty() && self.index.lookup(path).is_some()
+    }
+}
+
 /// `path` with each segment's `;parameters` removed; a segment that was only parameters goes
 /// too, so `/.env/;x` reads `/.env`.
 fn without_parameters(path: &str) -> String {
@@ -225,6 +246,16 @@ mod tests {
         for missed in ["/.envx;y", "/x;/.env", "/.git;x", "/;x"] {
             assert!(!matcher.matches(missed), "{missed:?}");
         }
+    }
+
+    #[test]
+    fn path_sets_hold_exact_and_prefix_rules() {
+        let set = PathSet::new(&strict("/upload,/media/*"));
+        assert!(set.contains("/upload"));
+        assert!(set.contains("/media/big.mp4"));
+        assert!(!set.contains("/media"));
+        assert!(!set.contains("/upload/x"));
+        assert!(!PathSet::new(&PathList::default()).contains("/upload"));
     }
 
     proptest! {

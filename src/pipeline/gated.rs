@@ -1,5 +1,6 @@
-//! Stage 6: everything no other stage claimed. The priority gate (only while the room is busy),
-//! then the waiting room decides: admit, wait (the waiting page, or 429 JSON for API clients)
+//! Stage 6: everything no other stage claimed. A request body is taken in first (see
+//! [`super::upload`]), then the priority gate (only while the room is busy) and the waiting
+//! room decide: admit, wait (the waiting page, or 429 JSON for API clients)
 //! or refuse a newcomer to a full line. An admitted request gets its admission pass issued or
 //! slid, goes to the origin with its page (or lane) slot held until the answer has been
 //! delivered, and the origin's `Concert-Priority` becomes a grant bound to the pass.
@@ -11,6 +12,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use super::origin::forward;
 use super::pass_check::{charge_forged_pass, pass_cookie, with_cookie};
 use super::request::RequestInfo;
+use super::upload;
 use crate::admission::cookies::{ADMIT, PRIORITY, ROOM_PASS, TICKET, read_cookies};
 use crate::admission::pass::{PassId, PassStatus, unix_now};
 use crate::admission::priority::{GrantAction, LaneDecision, LaneRequest};
@@ -23,9 +25,30 @@ use crate::room::{AdmitResult, Arrival, Decision, Waiting};
 use crate::sys::slots::SlotHold;
 use crate::wire::body::RequestBody;
 
-/// The catch-all: the priority gate (when the room is busy), then the waiting room decides, and
-/// the proxy serves.
+/// The catch-all: the body taken in, the priority gate (when the room is busy), then the
+/// waiting room decides, and the proxy serves.
 pub(super) async fn gated<B: RequestBody>(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<B>,
+) -> Response<Body> {
+    if upload::takes_in(generation, info, &req) {
+        // Boxed: bodiless requests would otherwise carry room for the upload's larger future.
+        return Box::pin(async move {
+            match upload::take_in_body(app, generation, info, req).await {
+                Ok(req) => room_then_origin(app, generation, info, req).await,
+                Err(refusal) => refusal,
+            }
+        })
+        .await;
+    }
+    room_then_origin(app, generation, info, req).await
+}
+
+/// The priority gate (when the room is busy), then the waiting room decides, and the proxy
+/// serves.
+async fn room_then_origin<B: RequestBody>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,

@@ -13,7 +13,8 @@
 //! 5. [`tiers`]: `-assets` (valid pass, per-pass pool, global pool), `-asset-public` (global
 //!    pool) and `-stream-paths` (valid pass, stream slot), outside the room, slots held to the
 //!    end;
-//! 6. [`gated`]: everything else: the priority gate (busy room only), the waiting room (page,
+//! 6. [`gated`]: everything else: a request body taken in whole first ([`upload`], so no
+//!    slot waits on it), the priority gate (busy room only), the waiting room (page,
 //!    429 JSON or full), the admission pass issued or slid, then the origin with the page (or
 //!    lane) slot held until the response has been delivered, and the origin's priority grant;
 //! 7. [`origin`] hands requests to the proxy, and [`access_log`] writes the line.
@@ -31,6 +32,7 @@ mod pass_check;
 mod request;
 mod routes;
 mod tiers;
+mod upload;
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@ use axum::response::IntoResponse;
 use http::{HeaderValue, Response, StatusCode, header};
 
 use crate::abuse::{BanLength, Offense};
+use crate::wire::intake::IntakeError;
 use values::{HTML, JSON, NO_STORE, TEXT};
 
 /// `Retry-After` seconds when every stream slot is taken.
@@ -65,8 +66,11 @@ pub enum Rejection {
     Unforwardable,
     /// The client's request body broke off or could not be decoded before the origin answered.
     BadRequestBody,
-    /// The client's upload stalled, or came too slowly, within `-upstream-timeout`.
+    /// The client's upload stalled, or came too slowly: within `-upstream-timeout` while it
+    /// streamed to the origin, or past a deadline while Concert took it in.
     UploadTimedOut,
+    /// The request body is larger than Concert takes (`-max-body`, or the admin limit).
+    BodyTooLarge,
 }
 
 impl Rejection {
@@ -91,6 +95,7 @@ impl Rejection {
             | Rejection::AddressLineFull { .. } => StatusCode::TOO_MANY_REQUESTS,
             Rejection::BadGateway => StatusCode::BAD_GATEWAY,
             Rejection::UploadTimedOut => StatusCode::REQUEST_TIMEOUT,
+            Rejection::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
@@ -128,11 +133,14 @@ impl Rejection {
     }
 
     /// Whether the client's connection must close after the answer: what it sent next cannot
-    /// be told apart from the broken request.
+    /// be told apart from the broken request (or the rest of an unread body).
     fn closes_connection(&self) -> bool {
         matches!(
             self,
-            Rejection::BadRequest(_) | Rejection::BadRequestBody | Rejection::UploadTimedOut
+            Rejection::BadRequest(_)
+                | Rejection::BadRequestBody
+                | Rejection::UploadTimedOut
+                | Rejection::BodyTooLarge
         )
     }
 
@@ -178,6 +186,7 @@ impl Rejection {
                 (Some(TEXT), Body::from("bad request\n"))
             }
             Rejection::UploadTimedOut => (Some(TEXT), Body::from("request body timed out\n")),
+            Rejection::BodyTooLarge => (Some(TEXT), Body::from("request body too large\n")),
             Rejection::AdminDisabled
             | Rejection::Unauthorized
             | Rejection::Internal
@@ -185,6 +194,17 @@ impl Rejection {
             | Rejection::AssetUserPoolFull
             | Rejection::AssetPoolFull
             | Rejection::StreamsFull => (None, Body::empty()),
+        }
+    }
+}
+
+impl From<&IntakeError> for Rejection {
+    fn from(error: &IntakeError) -> Rejection {
+        match error {
+            IntakeError::TooLarge => Rejection::BodyTooLarge,
+            IntakeError::TimedOut => Rejection::UploadTimedOut,
+            IntakeError::Broken(_) => Rejection::BadRequestBody,
+            IntakeError::Spool(_) => Rejection::Internal,
         }
     }
 }
@@ -375,6 +395,7 @@ mod tests {
             Rejection::BadRequest("x".into()),
             Rejection::BadRequestBody,
             Rejection::UploadTimedOut,
+            Rejection::BodyTooLarge,
         ] {
             assert_eq!(
                 rejection.into_response().headers()[header::CONNECTION],

@@ -3,6 +3,7 @@
 
 pub(crate) mod body;
 pub(crate) mod codec;
+pub(crate) mod intake;
 pub(crate) mod limits;
 pub(crate) mod names;
 pub(crate) mod smuggling;

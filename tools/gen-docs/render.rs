@@ -104,6 +104,7 @@ fn human_duration(duration: Duration) -> String {
 fn accepted_values(def: &SettingDef) -> String {
     let base = match def.ty {
         ValueType::U32 | ValueType::U64 => "whole number",
+        ValueType::Bytes => "byte count, plain or with a `k`, `m` or `g` suffix (powers of 1024)",
         ValueType::F64 => "number",
         ValueType::Bool => "boolean (`true` or `false`)",
         ValueType::Dur => "duration in Go syntax (`300ms`, `30s`, `1h30m`)",

@@ -1,0 +1,63 @@
+//! Stage 6's first step for a request with a body: the body is taken in whole (see
+//! [`crate::wire::intake`]) before the request may wait for or hold a page slot, so the
+//! origin's slots never wait on a client's upload. The origin then gets the body at once, with
+//! its `Content-Length`. Paths in `-unbuffered-upload-paths` skip this and stream.
+
+use axum::body::Body;
+use axum::response::IntoResponse;
+use http::{HeaderValue, Request, Response, header};
+use tokio::time::Instant;
+
+use super::request::RequestInfo;
+use crate::app::{App, Generation};
+use crate::respond::Rejection;
+use crate::wire::body::RequestBody;
+use crate::wire::intake::{IntakeError, IntakeLimits, TakenBody, take_in};
+
+/// Whether the request's body is taken in before the room: it has one, and its path does not
+/// stream. A bodiless request costs one check.
+pub(super) fn takes_in<B: RequestBody>(
+    generation: &Generation,
+    info: &RequestInfo,
+    req: &Request<B>,
+) -> bool {
+    !hyper::body::Body::is_end_stream(req.body())
+        && !generation.unbuffered_uploads.contains(info.path())
+}
+
+/// The request with its body taken in, or the refusal: 413 over `-max-body`, 408 past the
+/// deadlines, 400 for a body that broke off.
+pub(super) async fn take_in_body<B: RequestBody>(
+    app: &App,
+    generation: &Generation,
+    info: &RequestInfo,
+    req: Request<B>,
+) -> Result<Request<TakenBody>, Response<Body>> {
+    let config = &generation.config;
+    let started = Instant::now();
+    let limits = IntakeLimits {
+        max_bytes: config.max_body,
+        progress: config.body_progress_timeout,
+        deadline: (!config.upload_timeout.is_zero()).then(|| started + config.upload_timeout),
+    };
+    let (mut parts, body) = req.into_parts();
+    let taken = match take_in(body, limits, &app.spool).await {
+        Ok(taken) => taken,
+        Err(error) => return Err(refuse(info, &error)),
+    };
+    let headers = &mut parts.headers;
+    // The origin gets the body whole: with its length, as nginx forwards a buffered body, and
+    // without `Expect`, whose handshake was Concert's.
+    headers.remove(header::TRANSFER_ENCODING);
+    headers.remove(header::EXPECT);
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(taken.len()));
+    Ok(Request::from_parts(parts, taken))
+}
+
+fn refuse(info: &RequestInfo, error: &IntakeError) -> Response<Body> {
+    match error {
+        IntakeError::Spool(io) => tracing::error!(path = info.path(), "{error}: {io}"),
+        _ => tracing::debug!(path = info.path(), "{error}"),
+    }
+    Rejection::from(error).for_client(info.html).into_response()
+}

@@ -1,0 +1,435 @@
+//! Request bodies Concert reads in full before acting on them: a page's body, taken in before
+//! the request may wait for or hold a page slot (so a slow client never holds one), and an
+//! admin call's. Every read has a size limit, a progress deadline (the longest pause between
+//! two pieces) and an overall deadline.
+//!
+//! A page's body stays in memory up to [`MEMORY_LIMIT`]; beyond that it goes to a nameless
+//! file in the spool directory, written in batches off the async workers, and is read back
+//! from there as it is sent to the origin.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::future::Future;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::BoxError;
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt as _;
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::body::RequestBody;
+use crate::store::SpoolDir;
+
+/// Bytes of one page body kept in memory before it moves to a file (nginx's
+/// `client_body_buffer_size` on 64-bit systems is 16 KiB; a little more keeps most form posts
+/// off the disk). Also the size of each write to that file.
+pub(crate) const MEMORY_LIMIT: usize = 64 * 1024;
+
+/// Bytes read back from a spool file at a time on the way to the origin. Only requests that
+/// hold a slot read back, so a larger piece costs little memory and saves round trips to the
+/// blocking pool.
+const READ_BACK: usize = 256 * 1024;
+
+/// The limits of one body read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IntakeLimits {
+    /// Largest body taken; 0 for no limit.
+    pub max_bytes: u64,
+    /// Longest pause between two pieces of the body (and before the first).
+    pub progress: Duration,
+    /// When the whole body must be in; `None` for no overall limit.
+    pub deadline: Option<Instant>,
+}
+
+/// Why a body could not be taken in.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IntakeError {
+    #[error("the request body is larger than allowed")]
+    TooLarge,
+    #[error("the request body did not arrive in time")]
+    TimedOut,
+    #[error("the request body broke off: {0}")]
+    Broken(BoxError),
+    #[error("cannot buffer the request body: {0}")]
+    Spool(io::Error),
+}
+
+impl IntakeLimits {
+    /// Refuses a body whose declared length is already over the limit, before reading any of
+    /// it (and before an HTTP/1.1 client that sent `Expect: 100-continue` is told to go on).
+    pub(crate) fn check_declared(&self, body: &impl Body) -> Result<(), IntakeError> {
+        if self.max_bytes != 0 && body.size_hint().lower() > self.max_bytes {
+            return Err(IntakeError::TooLarge);
+        }
+        Ok(())
+    }
+}
+
+/// Reads a body piece by piece within its limits.
+struct LimitedReader<B> {
+    body: Pin<Box<B>>,
+    limits: IntakeLimits,
+    received: u64,
+}
+
+impl<B: RequestBody> LimitedReader<B> {
+    fn new(body: B, limits: IntakeLimits) -> Result<Self, IntakeError> {
+        limits.check_declared(&body)?;
+        Ok(LimitedReader {
+            body: Box::pin(body),
+            limits,
+            received: 0,
+        })
+    }
+
+    /// The next piece of data, or `None` at the end. Trailers are dropped: the origin gets
+    /// the body with a length, which has no room for them.
+    async fn next(&mut self) -> Result<Option<Bytes>, IntakeError> {
+        loop {
+            let mut due = Instant::now() + self.limits.progress;
+            if let Some(deadline) = self.limits.deadline {
+                due = due.min(deadline);
+            }
+            let frame = match tokio::time::timeout_at(due, self.body.frame()).await {
+                Err(_) => return Err(IntakeError::TimedOut),
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(error))) => return Err(IntakeError::Broken(error.into())),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let length = u64::try_from(data.len()).unwrap_or(u64::MAX);
+            self.received = self.received.saturating_add(length);
+            if self.limits.max_bytes != 0 && self.received > self.limits.max_bytes {
+                return Err(IntakeError::TooLarge);
+            }
+            if !data.is_empty() {
+                return Ok(Some(data));
+            }
+        }
+    }
+}
+
+/// Reads a small body (an admin call's) into memory.
+pub(crate) async fn collect<B: RequestBody>(
+    body: B,
+    limits: IntakeLimits,
+) -> Result<Bytes, IntakeError> {
+    let mut reader = LimitedReader::new(body, limits)?;
+    let Some(first) = reader.next().await? else {
+        return Ok(Bytes::new());
+    };
+    let Some(second) = reader.next().await? else {
+        return Ok(first);
+    };
+    let mut whole = BytesMut::with_capacity(first.len() + second.len());
+    whole.extend_from_slice(&first);
+    whole.extend_from_slice(&second);
+    while let Some(more) = reader.next().await? {
+        whole.extend_from_slice(&more);
+    }
+    Ok(whole.freeze())
+}
+
+/// Takes a page's whole body in: in memory up to [`MEMORY_LIMIT`], the rest in a nameless
+/// file in `spool`.
+pub(crate) async fn take_in<B: RequestBody>(
+    body: B,
+    limits: IntakeLimits,
+    spool: &Arc<SpoolDir>,
+) -> Result<TakenBody, IntakeError> {
+    let mut reader = LimitedReader::new(body, limits)?;
+    let mut held: Vec<Bytes> = Vec::new();
+    let mut held_bytes = 0usize;
+    let mut file: Option<File> = None;
+    let mut written = 0u64;
+    while let Some(data) = reader.next().await? {
+        held_bytes += data.len();
+        held.push(data);
+        if held_bytes <= MEMORY_LIMIT {
+            continue;
+        }
+        let batch = std::mem::take(&mut held);
+        let spool = Arc::clone(spool);
+        let into = file.take();
+        // Writing through the page cache is quick, but it still blocks.
+        let (spooled, wrote) =
+            tokio::task::spawn_blocking(move || write_batch(into, &spool, batch))
+                .await
+                .map_err(|joined| IntakeError::Spool(io::Error::other(joined)))?
+                .map_err(IntakeError::Spool)?;
+        file = Some(spooled);
+        written += wrote;
+        held_bytes = 0;
+    }
+    let kind = match file {
+        None => Kind::Memory(held.into()),
+        Some(file) => Kind::File {
+            file: Some(file),
+            offset: 0,
+            end: written,
+            reading: None,
+            tail: held.into(),
+        },
+    };
+    let length = written + u64::try_from(held_bytes).unwrap_or(u64::MAX);
+    Ok(TakenBody {
+        kind,
+        remaining: length,
+    })
+}
+
+/// Appends `batch` to the spool file, creating it first if need be.
+fn write_batch(file: Option<File>, spool: &SpoolDir, batch: Vec<Bytes>) -> io::Result<(File, u64)> {
+    let mut file = match file {
+        Some(file) => file,
+        None => spool.new_file()?,
+    };
+    let mut wrote = 0u64;
+    for data in &batch {
+        file.write_all(data)?;
+        wrote += u64::try_from(data.len()).unwrap_or(u64::MAX);
+    }
+    Ok((file, wrote))
+}
+
+/// Reads `length` bytes at `offset` of the spool file (a short file is an error).
+fn read_piece(file: File, offset: u64, length: u64) -> io::Result<(File, Bytes)> {
+    let mut piece = Vec::with_capacity(usize::try_from(length).unwrap_or(READ_BACK));
+    let mut reader = &file;
+    reader.seek(SeekFrom::Start(offset))?;
+    // `read_to_end` fills the spare capacity without zeroing it first.
+    reader.take(length).read_to_end(&mut piece)?;
+    if u64::try_from(piece.len()).unwrap_or(u64::MAX) != length {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    Ok((file, Bytes::from(piece)))
+}
+
+/// A body taken in whole, as it goes to the origin: its length is known, so it travels with
+/// `Content-Length`.
+pub(crate) struct TakenBody {
+    kind: Kind,
+    remaining: u64,
+}
+
+enum Kind {
+    Memory(VecDeque<Bytes>),
+    /// `end` bytes in `file`, then `tail` (the last pieces, which never filled a batch).
+    File {
+        file: Option<File>,
+        offset: u64,
+        end: u64,
+        reading: Option<JoinHandle<io::Result<(File, Bytes)>>>,
+        tail: VecDeque<Bytes>,
+    },
+}
+
+impl TakenBody {
+    /// The body's length in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Whether the body went to a file.
+    #[cfg(test)]
+    pub(crate) fn is_spooled(&self) -> bool {
+        matches!(self.kind, Kind::File { .. })
+    }
+
+    fn sent(&mut self, data: Bytes) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let length = u64::try_from(data.len()).unwrap_or(u64::MAX);
+        self.remaining = self.remaining.saturating_sub(length);
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
+}
+
+impl Body for TakenBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        let next = match &mut this.kind {
+            Kind::Memory(pieces) => pieces.pop_front(),
+            Kind::File {
+                file,
+                offset,
+                end,
+                reading,
+                tail,
+            } => {
+                if *offset >= *end {
+                    tail.pop_front()
+                } else {
+                    if reading.is_none() {
+                        let Some(from) = file.take() else {
+                            return Poll::Ready(Some(Err(io::Error::other(
+                                "the buffered body's file is gone",
+                            ))));
+                        };
+                        let at = *offset;
+                        let wanted = (*end - at).min(READ_BACK as u64);
+                        *reading = Some(tokio::task::spawn_blocking(move || {
+                            read_piece(from, at, wanted)
+                        }));
+                    }
+                    let Some(task) = reading.as_mut() else {
+                        return Poll::Ready(Some(Err(io::Error::other(
+                            "the buffered body's read was not started",
+                        ))));
+                    };
+                    let read = match Pin::new(task).poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(read) => read,
+                    };
+                    *reading = None;
+                    match read.map_err(io::Error::other).and_then(|read| read) {
+                        Ok((from, data)) => {
+                            *file = Some(from);
+                            *offset += u64::try_from(data.len()).unwrap_or(u64::MAX);
+                            Some(data)
+                        }
+                        Err(error) => return Poll::Ready(Some(Err(error))),
+                    }
+                }
+            }
+        };
+        match next {
+            Some(data) => this.sent(data),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{Full, StreamBody};
+
+    fn limits(max_bytes: u64) -> IntakeLimits {
+        IntakeLimits {
+            max_bytes,
+            progress: Duration::from_secs(5),
+            deadline: None,
+        }
+    }
+
+    fn pieces(count: usize, size: usize) -> impl RequestBody {
+        let frames = (0..count).map(move |i| {
+            Ok::<_, io::Error>(Frame::data(Bytes::from(vec![(i % 251) as u8; size])))
+        });
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    fn expected(count: usize, size: usize) -> Vec<u8> {
+        (0..count)
+            .flat_map(|i| std::iter::repeat_n((i % 251) as u8, size))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_small_body_stays_in_memory_and_comes_back_whole() {
+        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        let taken = take_in(pieces(3, 1000), limits(0), &spool).await.unwrap();
+        assert!(!taken.is_spooled());
+        assert_eq!(taken.len(), 3000);
+        assert_eq!(taken.size_hint().exact(), Some(3000));
+        let bytes = taken.collect().await.unwrap().to_bytes();
+        assert_eq!(bytes, expected(3, 1000));
+    }
+
+    #[tokio::test]
+    async fn a_large_body_goes_to_a_file_and_comes_back_whole() {
+        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        // Not a multiple of the batch size, so a tail stays in memory.
+        let taken = take_in(pieces(41, 7_001), limits(0), &spool).await.unwrap();
+        assert!(taken.is_spooled());
+        assert_eq!(taken.len(), 41 * 7_001);
+        let bytes = taken.collect().await.unwrap().to_bytes();
+        assert_eq!(bytes, expected(41, 7_001));
+        assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused_declared_or_counted() {
+        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        let declared = Full::new(Bytes::from(vec![0u8; 2_000]));
+        assert!(matches!(
+            take_in(declared, limits(1_999), &spool).await,
+            Err(IntakeError::TooLarge)
+        ));
+        assert!(matches!(
+            take_in(pieces(4, 600), limits(2_000), &spool).await,
+            Err(IntakeError::TooLarge)
+        ));
+        assert_eq!(
+            take_in(pieces(4, 500), limits(2_000), &spool)
+                .await
+                .unwrap()
+                .len(),
+            2_000
+        );
+        assert_eq!(
+            collect(pieces(2, 10), limits(20)).await.unwrap(),
+            vec![0u8; 10]
+                .into_iter()
+                .chain([1u8; 10])
+                .collect::<Vec<_>>()
+        );
+        assert!(matches!(
+            collect(pieces(3, 10), limits(20)).await,
+            Err(IntakeError::TooLarge)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_pauses_too_long_or_runs_out_of_time_is_timed_out() {
+        let stalled = StreamBody::new(futures_util::stream::pending::<
+            Result<Frame<Bytes>, io::Error>,
+        >());
+        let started = Instant::now();
+        assert!(matches!(
+            collect(stalled, limits(0)).await,
+            Err(IntakeError::TimedOut)
+        ));
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+
+        // A piece every 4 s keeps within the progress deadline, not within the overall one.
+        let trickle = StreamBody::new(futures_util::stream::unfold(0, |sent| async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            Some((
+                Ok::<_, io::Error>(Frame::data(Bytes::from_static(b"x"))),
+                sent + 1,
+            ))
+        }));
+        let started = Instant::now();
+        let overall = IntakeLimits {
+            deadline: Some(started + Duration::from_secs(30)),
+            ..limits(0)
+        };
+        assert!(matches!(
+            collect(trickle, overall).await,
+            Err(IntakeError::TimedOut)
+        ));
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+}
