@@ -315,6 +315,11 @@ impl App {
         self.spool.path()
     }
 
+    /// Bytes of page uploads buffered on disk now.
+    pub fn upload_spool_in_use(&self) -> u64 {
+        self.spool.in_use()
+    }
+
     /// Open client connections per serving worker (empty before serving starts).
     pub fn open_connections(&self) -> Vec<usize> {
         self.connections

@@ -406,3 +406,59 @@ async fn admin_bodies_are_bounded_in_size_and_time() {
     assert_eq!(changed.status(), 200);
     assert_eq!(concert.app.room.stats().cap, 9);
 }
+
+/// The attack: many slow uploaders each park a large body in the buffer, to fill the disk the
+/// data dir (bans, settings) lives on. What must happen: the buffer on disk has a limit; an
+/// upload that would pass it gets 503 with `Retry-After`, and the room comes back as the
+/// buffered uploads finish.
+#[tokio::test]
+async fn uploads_cannot_fill_the_disk_past_the_buffer_limit() {
+    let origin = origins::echo_origin();
+    let concert = concert(&["-upstream", &origin.url(), "-upload-disk-limit", "100k"]).await;
+    let head =
+        "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\nConnection: close\r\n\r\n";
+    // 80 kB goes past the 64 KiB kept in memory: it takes 80 kB of the 100 KiB on disk.
+    let mut parked = send_head(&concert, head).await;
+    parked.write_all(&[b'a'; 80_000]).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || concert.app.upload_spool_in_use()
+            >= 80_000)
+        .await
+    );
+    let mut refused = send_head(&concert, head).await;
+    refused.write_all(&[b'b'; 80_000]).await.unwrap();
+    let answer = answer_of(&mut refused, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 10"),
+        "{answer}"
+    );
+    // The parked upload completes and frees its room; the next one fits.
+    parked.write_all(&[b'a'; 120_000]).await.unwrap();
+    let done = answer_of(&mut parked, Duration::from_secs(5)).await;
+    assert!(done.starts_with("HTTP/1.1 200"), "{done}");
+    assert!(
+        eventually(Duration::from_secs(5), || concert.app.upload_spool_in_use()
+            == 0)
+        .await
+    );
+    let mut again = send_head(&concert, head).await;
+    again.write_all(&[b'c'; 80_000]).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || concert.app.upload_spool_in_use()
+            > 0)
+        .await
+    );
+    again.write_all(&[b'c'; 120_000]).await.unwrap();
+    let answer = answer_of(&mut again, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let stats: serde_json::Value = plain_client()
+        .get(url(&concert, "/_room/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["upload_buffered_bytes"], 0);
+}

@@ -23,7 +23,7 @@ _concert() {
 
     case "${cmd}" in
         concert)
-            opts="-h --cap --max-queue --max-queue-per-ip --token-ttl --first-poll-grace --ready-grace --reaper --retry-after --api-json --html --fastlane-config --networks-config --fastlane-entry-ttl --rate --surge --skip-url --pass --priority-cap --priority-lane-rank --priority-wait --priority-forms --listen --upstream --upstream-timeout --max-body --upload-timeout --preserve-host --trusted-proxies --access-log --secure-cookie --cookie-path --cookie-domain --bypass --ban-paths --unbuffered-upload-paths --assets --asset-public --asset-cap --asset-wait --asset-user-cap-h1 --asset-user-cap-h2 --asset-user-wait --admit-ttl --client-proto-header --stream-paths --stream-cap --abuse --abuse-strikes --abuse-window --abuse-cooldown --abuse-max-cooldown --abuse-max-entries --abuse-allow --tls-domains --tls-email --tls-cache --tls-staging --portal-listen --portal-allow --portal-session-ttl --portal-secure-cookie --history-log --data-dir --demo --log-format --workers --metrics-path --version --help"
+            opts="-h --cap --max-queue --max-queue-per-ip --token-ttl --first-poll-grace --ready-grace --reaper --retry-after --api-json --html --fastlane-config --networks-config --fastlane-entry-ttl --rate --surge --skip-url --pass --priority-cap --priority-lane-rank --priority-wait --priority-forms --listen --upstream --upstream-timeout --max-body --upload-timeout --upload-disk-limit --preserve-host --trusted-proxies --access-log --secure-cookie --cookie-path --cookie-domain --bypass --ban-paths --unbuffered-upload-paths --assets --asset-public --asset-cap --asset-wait --asset-user-cap-h1 --asset-user-cap-h2 --asset-user-wait --admit-ttl --client-proto-header --stream-paths --stream-cap --abuse --abuse-strikes --abuse-window --abuse-cooldown --abuse-max-cooldown --abuse-max-entries --abuse-allow --tls-domains --tls-email --tls-cache --tls-staging --portal-listen --portal-allow --portal-session-ttl --portal-secure-cookie --history-log --data-dir --demo --log-format --workers --metrics-path --version --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -130,6 +130,10 @@ _concert() {
                     return 0
                     ;;
                 --upload-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --upload-disk-limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

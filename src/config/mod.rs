@@ -161,6 +161,8 @@ pub struct Config {
     pub upstream_timeout: Duration,
     pub max_body: u64,
     pub upload_timeout: Duration,
+    /// Most bytes of page uploads buffered on disk at once; 0 = no limit.
+    pub upload_disk_limit: u64,
     pub preserve_host: bool,
     pub trusted_proxies: CidrList,
     pub access_log: bool,
@@ -284,6 +286,7 @@ impl Default for Config {
             upstream_timeout: Duration::from_secs(30),
             max_body: 64 << 20,
             upload_timeout: Duration::from_secs(120),
+            upload_disk_limit: 1 << 30,
             preserve_host: true,
             trusted_proxies: loopback.clone(),
             access_log: true,

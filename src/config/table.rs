@@ -373,6 +373,12 @@ pub static SETTINGS: &[SettingDef] = &[
         label: "Upload time limit",
         help: "Longest time a page's request body may take to arrive in full before it gets 408; the body is taken in before the request waits for a page slot, so a slow upload never holds one. A body that sends nothing for 20s gets 408 sooner. 0 means no overall limit.",
     }),
+    setting!(upload_disk_limit: Bytes {
+        flag: "-upload-disk-limit", env: "CONCERT_UPLOAD_DISK_LIMIT", group: ORIGIN, restart: false,
+        check: Check::None, default: "1g",
+        label: "Upload buffer on disk",
+        help: "Most bytes of page uploads buffered on disk at once (bodies over 64 KiB wait there for their page slot); an upload that would go past it gets 503, so slow uploaders cannot fill the disk the data dir is on. Same units as -max-body. 0 means no limit.",
+    }),
     setting!(preserve_host: Bool {
         flag: "-preserve-host", env: "CONCERT_PRESERVE_HOST", group: ORIGIN, restart: false,
         check: Check::None, default: "true",

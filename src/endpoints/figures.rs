@@ -331,6 +331,14 @@ static FIGURES: &[Figure] = &[
         ),
         |r| Count(r.streams.throttled_total),
     ),
+    stat(
+        "upload_buffered_bytes",
+        G(
+            "upload_buffered_bytes",
+            "Bytes of page uploads buffered on disk now, waiting for their page slot",
+        ),
+        |r| Count(r.app.spool.in_use()),
+    ),
     stat("abuse_enabled", No, |r| Flag(r.abuse.enabled)),
     stat(
         "abuse_tracked",

@@ -41,7 +41,7 @@ pub(super) async fn take_in_body<B: RequestBody>(
         deadline: (!config.upload_timeout.is_zero()).then(|| started + config.upload_timeout),
     };
     let (mut parts, body) = req.into_parts();
-    let taken = match take_in(body, limits, &app.spool).await {
+    let taken = match take_in(body, limits, &app.spool, config.upload_disk_limit).await {
         Ok(taken) => taken,
         Err(error) => return Err(refuse(info, &error)),
     };

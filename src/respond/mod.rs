@@ -22,6 +22,9 @@ pub(crate) const STREAMS_FULL_RETRY_AFTER: u32 = 5;
 /// browser may try again at once.
 const ASSET_POOL_RETRY_AFTER: u32 = 1;
 
+/// `Retry-After` seconds when the upload buffer is full: uploads take a while to drain.
+const UPLOADS_BUSY_RETRY_AFTER: u32 = 10;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejection {
     /// Malformed request (bad path, smuggling attempt, bad JSON body); the connection closes
@@ -71,6 +74,8 @@ pub enum Rejection {
     UploadTimedOut,
     /// The request body is larger than Concert takes (`-max-body`, or the admin limit).
     BodyTooLarge,
+    /// The page uploads being buffered already take `-upload-disk-limit`: try again shortly.
+    UploadsBusy,
 }
 
 impl Rejection {
@@ -86,7 +91,8 @@ impl Rejection {
             Rejection::QueueFull { .. }
             | Rejection::LaneFull { .. }
             | Rejection::AssetPoolFull
-            | Rejection::StreamsFull => StatusCode::SERVICE_UNAVAILABLE,
+            | Rejection::StreamsFull
+            | Rejection::UploadsBusy => StatusCode::SERVICE_UNAVAILABLE,
             Rejection::Unauthorized => StatusCode::UNAUTHORIZED,
             Rejection::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Rejection::Banned(BanLength::Permanent) | Rejection::NoPass => StatusCode::FORBIDDEN,
@@ -128,6 +134,7 @@ impl Rejection {
                 Some(u64::from(ASSET_POOL_RETRY_AFTER))
             }
             Rejection::StreamsFull => Some(u64::from(STREAMS_FULL_RETRY_AFTER)),
+            Rejection::UploadsBusy => Some(u64::from(UPLOADS_BUSY_RETRY_AFTER)),
             _ => None,
         }
     }
@@ -187,6 +194,10 @@ impl Rejection {
             }
             Rejection::UploadTimedOut => (Some(TEXT), Body::from("request body timed out\n")),
             Rejection::BodyTooLarge => (Some(TEXT), Body::from("request body too large\n")),
+            Rejection::UploadsBusy => (
+                Some(TEXT),
+                Body::from("too many uploads in progress, try again shortly\n"),
+            ),
             Rejection::AdminDisabled
             | Rejection::Unauthorized
             | Rejection::Internal
@@ -205,6 +216,7 @@ impl From<&IntakeError> for Rejection {
             IntakeError::TimedOut => Rejection::UploadTimedOut,
             IntakeError::Broken(_) => Rejection::BadRequestBody,
             IntakeError::Spool(_) => Rejection::Internal,
+            IntakeError::SpoolFull => Rejection::UploadsBusy,
         }
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 pub(crate) use bans::{load_bans, save_bans, spawn_ban_writer};
 pub(crate) use queue::{clear_queue, restore_queue, save_queue, spawn_queue_snapshots};
 pub(crate) use settings::{SETTINGS_FILE, apply_settings_file, save_settings};
-pub(crate) use spool::SpoolDir;
+pub(crate) use spool::{SpoolClaim, SpoolDir};
 
 const LOCK_FILE: &str = ".lock";
 

@@ -10,6 +10,8 @@ use std::fs::{self, DirBuilder, File};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Name of the spool directory inside the data directory.
 const UPLOADS_DIR: &str = "uploads";
@@ -20,6 +22,8 @@ pub(crate) struct SpoolDir {
     path: PathBuf,
     /// Holds the directory made in the system temp directory; it goes when the app does.
     _own: Option<tempfile::TempDir>,
+    /// Bytes of the files now in the directory (claimed before they are written).
+    in_use: AtomicU64,
 }
 
 impl SpoolDir {
@@ -33,7 +37,11 @@ impl SpoolDir {
             }
             Err(e) => return Err(e),
         }
-        Ok(SpoolDir { path, _own: None })
+        Ok(SpoolDir {
+            path,
+            _own: None,
+            in_use: AtomicU64::new(0),
+        })
     }
 
     /// A fresh `concert-uploads-…` directory (0700) in the system temp directory, removed when
@@ -46,11 +54,17 @@ impl SpoolDir {
         Ok(SpoolDir {
             path: own.path().to_path_buf(),
             _own: Some(own),
+            in_use: AtomicU64::new(0),
         })
     }
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Bytes of the files now in the directory.
+    pub(crate) fn in_use(&self) -> u64 {
+        self.in_use.load(Ordering::Relaxed)
     }
 
     /// A new nameless file (0600) in the directory. Blocking: call it off the async workers.
@@ -60,6 +74,49 @@ impl SpoolDir {
         // others out, and this keeps a file reopened through `/proc` private as well.
         file.set_permissions(fs::Permissions::from_mode(0o600))?;
         Ok(file)
+    }
+}
+
+/// The room one body's file takes in the spool directory; given back when it is dropped (with
+/// the file).
+#[derive(Debug)]
+pub(crate) struct SpoolClaim {
+    spool: Arc<SpoolDir>,
+    bytes: u64,
+}
+
+/// Writing `wanted` more bytes would take the directory past its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SpoolFull;
+
+impl SpoolClaim {
+    pub(crate) fn new(spool: &Arc<SpoolDir>) -> SpoolClaim {
+        SpoolClaim {
+            spool: Arc::clone(spool),
+            bytes: 0,
+        }
+    }
+
+    /// Claims `wanted` more bytes unless that takes the directory past `limit` (0 = none).
+    pub(crate) fn grow(&mut self, wanted: u64, limit: u64) -> Result<(), SpoolFull> {
+        let in_use = &self.spool.in_use;
+        if limit == 0 {
+            in_use.fetch_add(wanted, Ordering::Relaxed);
+        } else {
+            in_use
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                    used.checked_add(wanted).filter(|total| *total <= limit)
+                })
+                .map_err(|_| SpoolFull)?;
+        }
+        self.bytes += wanted;
+        Ok(())
+    }
+}
+
+impl Drop for SpoolClaim {
+    fn drop(&mut self) {
+        self.spool.in_use.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
@@ -82,6 +139,22 @@ mod tests {
         let again = SpoolDir::in_data_dir(data.path()).unwrap();
         let mode = fs::metadata(again.path()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[test]
+    fn claims_share_the_directory_limit_and_give_it_back_when_dropped() {
+        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        let mut first = SpoolClaim::new(&spool);
+        let mut second = SpoolClaim::new(&spool);
+        first.grow(600, 1_000).unwrap();
+        assert_eq!(second.grow(500, 1_000), Err(SpoolFull));
+        second.grow(400, 1_000).unwrap();
+        assert_eq!(spool.in_use(), 1_000);
+        drop(first);
+        assert_eq!(spool.in_use(), 400);
+        second.grow(5_000, 0).unwrap();
+        drop(second);
+        assert_eq!(spool.in_use(), 0);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::body::RequestBody;
-use crate::store::SpoolDir;
+use crate::store::{SpoolClaim, SpoolDir};
 
 /// Bytes of one page body kept in memory before it moves to a file (nginx's
 /// `client_body_buffer_size` on 64-bit systems is 16 KiB; a little more keeps most form posts
@@ -64,6 +64,8 @@ pub(crate) enum IntakeError {
     Broken(BoxError),
     #[error("cannot buffer the request body: {0}")]
     Spool(io::Error),
+    #[error("the uploads being buffered already fill -upload-disk-limit")]
+    SpoolFull,
 }
 
 impl IntakeLimits {
@@ -145,13 +147,17 @@ pub(crate) async fn collect<B: RequestBody>(
 }
 
 /// Takes a page's whole body in: in memory up to [`MEMORY_LIMIT`], the rest in a nameless
-/// file in `spool`.
+/// file in `spool`, whose files together may hold at most `disk_limit` bytes (0 = no limit):
+/// without that bound, slow uploaders each holding up to `-max-body` could fill the disk the
+/// bans and settings are saved on.
 pub(crate) async fn take_in<B: RequestBody>(
     body: B,
     limits: IntakeLimits,
     spool: &Arc<SpoolDir>,
+    disk_limit: u64,
 ) -> Result<TakenBody, IntakeError> {
     let mut reader = LimitedReader::new(body, limits)?;
+    let mut claim = SpoolClaim::new(spool);
     let mut held: Vec<Bytes> = Vec::new();
     let mut held_bytes = 0usize;
     let mut file: Option<File> = None;
@@ -167,6 +173,9 @@ pub(crate) async fn take_in<B: RequestBody>(
         if held_bytes <= flush_at {
             continue;
         }
+        claim
+            .grow(u64::try_from(held_bytes).unwrap_or(u64::MAX), disk_limit)
+            .map_err(|_| IntakeError::SpoolFull)?;
         let batch = std::mem::take(&mut held);
         let spool = Arc::clone(spool);
         let into = file.take();
@@ -194,6 +203,7 @@ pub(crate) async fn take_in<B: RequestBody>(
     Ok(TakenBody {
         kind,
         remaining: length,
+        _claim: claim,
     })
 }
 
@@ -229,6 +239,8 @@ fn read_piece(file: File, offset: u64, length: u64) -> io::Result<(File, Bytes)>
 pub(crate) struct TakenBody {
     kind: Kind,
     remaining: u64,
+    /// The spool room its file takes, given back with the file.
+    _claim: SpoolClaim,
 }
 
 enum Kind {
@@ -360,7 +372,9 @@ mod tests {
     #[tokio::test]
     async fn a_small_body_stays_in_memory_and_comes_back_whole() {
         let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
-        let taken = take_in(pieces(3, 1000), limits(0), &spool).await.unwrap();
+        let taken = take_in(pieces(3, 1000), limits(0), &spool, 0)
+            .await
+            .unwrap();
         assert!(!taken.is_spooled());
         assert_eq!(taken.len(), 3000);
         assert_eq!(taken.size_hint().exact(), Some(3000));
@@ -372,7 +386,9 @@ mod tests {
     async fn a_large_body_goes_to_a_file_and_comes_back_whole() {
         let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
         // Not a multiple of the batch size, so a tail stays in memory.
-        let taken = take_in(pieces(41, 7_001), limits(0), &spool).await.unwrap();
+        let taken = take_in(pieces(41, 7_001), limits(0), &spool, 0)
+            .await
+            .unwrap();
         assert!(taken.is_spooled());
         assert_eq!(taken.len(), 41 * 7_001);
         let bytes = taken.collect().await.unwrap().to_bytes();
@@ -381,19 +397,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn spooled_bodies_share_the_disk_limit_and_give_it_back() {
+        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        // 100 pieces of 10 kB go to disk as 70 kB, then 530 kB; the rest stays in memory.
+        let limit = 600_000;
+        let first = take_in(pieces(100, 10_000), limits(0), &spool, limit)
+            .await
+            .unwrap();
+        assert_eq!(spool.in_use(), limit);
+        assert!(matches!(
+            take_in(pieces(100, 10_000), limits(0), &spool, limit).await,
+            Err(IntakeError::SpoolFull)
+        ));
+        // A body that fits in memory needs no room on disk.
+        assert!(
+            take_in(pieces(3, 1000), limits(0), &spool, limit)
+                .await
+                .is_ok()
+        );
+        drop(first);
+        assert_eq!(spool.in_use(), 0);
+        assert!(
+            take_in(pieces(100, 10_000), limits(0), &spool, limit)
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
     async fn a_body_over_the_limit_is_refused_declared_or_counted() {
         let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
         let declared = Full::new(Bytes::from(vec![0u8; 2_000]));
         assert!(matches!(
-            take_in(declared, limits(1_999), &spool).await,
+            take_in(declared, limits(1_999), &spool, 0).await,
             Err(IntakeError::TooLarge)
         ));
         assert!(matches!(
-            take_in(pieces(4, 600), limits(2_000), &spool).await,
+            take_in(pieces(4, 600), limits(2_000), &spool, 0).await,
             Err(IntakeError::TooLarge)
         ));
         assert_eq!(
-            take_in(pieces(4, 500), limits(2_000), &spool)
+            take_in(pieces(4, 500), limits(2_000), &spool, 0)
                 .await
                 .unwrap()
                 .len(),
