@@ -487,6 +487,12 @@ impl Config {
         without_userinfo(&self.upstream)
     }
 
+    /// `-upstream` as the public stats show it: scheme, host and port only. Credentials, a base
+    /// path and a query may all hold secrets (tokens ride in both), and who asks is unknown.
+    pub fn upstream_public(&self) -> String {
+        origin_only(&self.upstream)
+    }
+
     /// Whether `-upstream` carries credentials, which the proxy does not use.
     pub fn upstream_has_userinfo(&self) -> bool {
         without_userinfo(&self.upstream) != self.upstream
@@ -522,6 +528,19 @@ fn without_userinfo(url: &str) -> String {
         Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
         None => url.to_owned(),
     }
+}
+
+/// `scheme://user@host:port/path?query#f` → `scheme://host:port`; text without `://` is returned
+/// as it is (a checked `-upstream` always has one).
+fn origin_only(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_and_port = authority
+        .rfind('@')
+        .map_or(authority, |at| &authority[at + 1..]);
+    format!("{scheme}://{host_and_port}")
 }
 
 fn non_zero_or(value: Duration, fallback: Duration) -> Duration {

@@ -892,6 +892,33 @@ fn upstream_credentials_are_never_shown() {
 }
 
 #[test]
+fn public_upstream_is_scheme_host_and_port() {
+    let public = |upstream: &str| {
+        start(&["-upstream", upstream], &[])
+            .unwrap()
+            .upstream_public()
+    };
+    for (upstream, shown) in [
+        (
+            "http://admin:s3cret@origin.internal:9000/app?key=k#x",
+            "http://origin.internal:9000",
+        ),
+        (
+            "https://token@[2001:db8::1]:8443/",
+            "https://[2001:db8::1]:8443",
+        ),
+        (
+            "http://origin.internal/path@v2?a=@b",
+            "http://origin.internal",
+        ),
+        ("http://127.0.0.1:8080?token=t", "http://127.0.0.1:8080"),
+        ("https://origin.example", "https://origin.example"),
+    ] {
+        assert_eq!(public(upstream), shown, "{upstream}");
+    }
+}
+
+#[test]
 fn whole_config_errors_name_settings_as_they_were_given() {
     let error = |list: &[&str], vars: &[(&str, &str)]| match start(list, vars) {
         Err(error) => error.to_string(),

@@ -121,7 +121,7 @@ use Exposed::{Counter as C, Gauge as G, LabelledCounter as LC, LabelledGauge as 
 use Reads::{Count, Flag, Level, Text};
 
 static FIGURES: &[Figure] = &[
-    stat("upstream", No, |r| Text(r.config().upstream_shown())),
+    stat("upstream", No, |r| Text(r.config().upstream_public())),
     stat(
         "cap",
         G("cap", "Concurrent page requests allowed to the origin"),

@@ -12,6 +12,8 @@ pub(crate) enum PathRejection {
     HiddenDotSegment,
     #[error("a dot segment carries ;parameters")]
     DotSegmentWithParameters,
+    #[error("an escape encodes a control character")]
+    EncodedControl,
 }
 
 /// Normalises a request path before rules are matched; the origin receives the result.
@@ -24,7 +26,9 @@ pub(crate) enum PathRejection {
 /// 3986). Refused: a segment that hides a dot segment behind `%2f`, `%5c` or `\` (origins
 /// disagree on whether those separate segments, so no answer is safe), and a dot segment with
 /// `;parameters` (`..;`), which servlet containers resolve as `..` after dropping the
-/// parameters. Unchanged paths are borrowed.
+/// parameters. Also refused: an escape of a control character (`%00`-`%1F`, `%7F`), which no
+/// page's name holds and which cuts or splits the path for origins that decode it into C
+/// strings, file names or log lines. Unchanged paths are borrowed.
 pub(crate) fn normalize_request_path(path: &str) -> Result<Cow<'_, str>, PathRejection> {
     let body = path.strip_prefix('/').ok_or(PathRejection::NotAbsolute)?;
     let mut unchanged = true;
@@ -40,6 +44,9 @@ pub(crate) fn normalize_request_path(path: &str) -> Result<Cow<'_, str>, PathRej
             return Err(PathRejection::DotSegmentWithParameters);
         }
         if segment.contains(['%', '\\']) {
+            if has_encoded_control(bytes) {
+                return Err(PathRejection::EncodedControl);
+            }
             if hides_dot_segment(bytes) {
                 return Err(PathRejection::HiddenDotSegment);
             }
@@ -142,6 +149,19 @@ fn hides_dot_segment(bytes: &[u8]) -> bool {
         }
     }
     saw_separator && is_dot_piece(&bytes[piece_start..])
+}
+
+/// True when some `%` in `segment` starts an escape of a control character. Every `%` is
+/// looked at, stray ones included: `%%00` is written `%25%00`, which still holds the escape.
+fn has_encoded_control(segment: &[u8]) -> bool {
+    segment
+        .iter()
+        .enumerate()
+        .filter(|&(_, &byte)| byte == b'%')
+        .any(|(at, _)| match read_escape(&segment[at..]) {
+            Escape::Kept(byte) => byte.is_ascii_control(),
+            _ => false,
+        })
 }
 
 /// How a `%` at the start of `bytes` is written in a normalised path.
@@ -327,7 +347,7 @@ mod tests {
             assert_eq!(normal(input), Ok(expected.to_string()), "{input:?}");
         }
         assert!(matches!(
-            normalize_request_path("/%00%20"),
+            normalize_request_path("/%20%7B"),
             Ok(Cow::Borrowed(_))
         ));
     }
@@ -364,6 +384,29 @@ mod tests {
         // Hidden behind an encoded slash, it is still a dot segment.
         assert_eq!(normal("/a/x%2f..;/b"), Err(PathRejection::HiddenDotSegment));
         for fine in ["/a/...;", "/a/..x;", "/a/x..;", "/a;b/../c"] {
+            assert!(normal(fine).is_ok(), "{fine:?}");
+        }
+    }
+
+    #[test]
+    fn rejects_escaped_control_characters() {
+        for path in [
+            "/a%00",
+            "/a%00.php",
+            "/%01/x",
+            "/x/%1f",
+            "/x/%1F",
+            "/x/%7f",
+            "/x/%7F/",
+            "/a/%%00",
+            "/a/%0a%0dSet-Cookie:x",
+            "/ok/../%09",
+        ] {
+            assert_eq!(normal(path), Err(PathRejection::EncodedControl), "{path:?}");
+        }
+        // Neighbours of the control range, a literal `%25` before digits, and the two bytes
+        // of an escape read apart are not controls.
+        for fine in ["/%20", "/%7E", "/%80", "/%2500", "/%0", "/%0g", "/%C3%A9"] {
             assert!(normal(fine).is_ok(), "{fine:?}");
         }
     }

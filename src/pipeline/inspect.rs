@@ -3,7 +3,7 @@
 
 use std::net::Ipv6Addr;
 
-use http::{Request, Version, header};
+use http::{Method, Request, Version, header};
 
 use super::identity::{is_html_client, resolve_client};
 use super::request::{ConnInfo, RequestInfo};
@@ -21,6 +21,13 @@ pub(super) fn inspect<B>(
     // hyper refuses an HTTP/1 head with more fields itself; HTTP/2 only bounds their size.
     if req.version() == Version::HTTP_2 && req.headers().len() > MAX_HEADERS {
         return Err(Rejection::TooManyHeaders);
+    }
+    // A reverse proxy opens no tunnels, and a CONNECT with an origin-form target is no valid
+    // request at all: passed on, it would ask the origin to tunnel, or confuse it.
+    if req.method() == Method::CONNECT {
+        return Err(Rejection::BadRequest(
+            "CONNECT is not served here".to_string(),
+        ));
     }
     check_host(req)?;
     if req.headers().contains_key(header::TRANSFER_ENCODING) && !only_chunked(req.headers()) {

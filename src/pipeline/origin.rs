@@ -27,6 +27,7 @@ pub(super) async fn forward<B: RequestBody>(
     let ctx = ForwardContext {
         peer: info.conn.peer,
         peer_trusted,
+        client: info.client,
         via_tls: info.conn.tls,
         path_and_query: &info.target,
         drain: &app.drain,

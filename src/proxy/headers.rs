@@ -3,17 +3,18 @@
 //!
 //! The request side is one pass that moves every kept header into a fresh map (no value is
 //! copied), then adds the headers the proxy owns: `Host`, `X-Forwarded-*`, the filtered `Cookie`
-//! and, for upgrades, `Connection: upgrade` + `Upgrade`.
+//! and `X-Real-IP`, the filtered `Cookie` and, for upgrades, `Connection: upgrade` + `Upgrade`.
 
 use std::io::Write as _;
 use std::net::IpAddr;
 
 use bytes::Bytes;
-use http::HeaderMap;
 use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, StatusCode};
 
 use crate::admission::cookies::{PRIVATE, cookie_pairs};
-use crate::wire::names::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+use crate::wire::codec::parse_decimal;
+use crate::wire::names::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, X_REAL_IP};
 
 /// Concert's own cookies as bytes, as the `Cookie` line is read.
 const PRIVATE_COOKIES: [&[u8]; PRIVATE.len()] = {
@@ -41,6 +42,8 @@ enum Disposition {
     Cookie,
     ForwardedFor,
     ForwardedProto,
+    /// A client address a CDN or load balancer states: believed only from a trusted proxy.
+    ClientAddressClaim,
     Te,
 }
 
@@ -54,11 +57,15 @@ fn classify(name: &HeaderName) -> Disposition {
         // Hop-by-hop (RFC 9110 §7.6.1 plus the legacy ones); `Upgrade` is re-added for tunnels.
         "connection" | "keep-alive" | "proxy-connection" | "proxy-authenticate"
         | "proxy-authorization" | "transfer-encoding" | "upgrade"
-        // Client-supplied forwarding claims; the proxy writes its own.
-        | "forwarded"
+        // Client-supplied forwarding claims; the proxy writes its own. `Forwarded` goes even
+        // from a trusted proxy: the proxy does not extend it, and a chain without its own hop
+        // would name the wrong client.
+        | "forwarded" | "x-real-ip"
         // Payment and portal credentials that only Concert may read.
         | "payment-signature" | "payment-required" | "payment-response" | "concert-session"
         | "x-concert-csrf" => Disposition::Drop,
+        "true-client-ip" | "cf-connecting-ip" | "x-client-ip" | "x-cluster-client-ip"
+        | "fastly-client-ip" => Disposition::ClientAddressClaim,
         other if other.starts_with("x-forwarded-") => Disposition::Drop,
         _ => Disposition::Keep,
     }
@@ -128,6 +135,9 @@ pub(super) fn requested_upgrade(headers: &HeaderMap) -> Option<HeaderValue> {
 pub(super) struct RequestFacts<'a> {
     pub peer: Option<IpAddr>,
     pub peer_trusted: bool,
+    /// The client as Concert resolved it (the peer, or a trusted proxy's `X-Forwarded-For`),
+    /// sent as `X-Real-IP`.
+    pub client: Option<IpAddr>,
     pub via_tls: bool,
     /// `Host` to send when it is not the client's own (`-preserve-host=false`, or none given).
     pub upstream_host: &'a HeaderValue,
@@ -161,7 +171,7 @@ impl HeaderSink for HeaderMap {
 
 /// Builds the header map the origin receives from the client's headers.
 pub(super) fn rewrite_request(incoming: HeaderMap, facts: RequestFacts<'_>) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(incoming.len() + 6);
+    let mut out = HeaderMap::with_capacity(incoming.len() + 7);
     rewrite_request_into(incoming, facts, &mut out);
     out
 }
@@ -193,6 +203,11 @@ pub(super) fn rewrite_request_into(
         match classify(name) {
             Disposition::Keep => {
                 if !connection.lists(name.as_str()) {
+                    out.put(name, value);
+                }
+            }
+            Disposition::ClientAddressClaim => {
+                if facts.peer_trusted && !connection.lists(name.as_str()) {
                     out.put(name, value);
                 }
             }
@@ -233,7 +248,7 @@ pub(super) fn rewrite_request_into(
         out.put(&X_FORWARDED_HOST, host);
     }
 
-    put_forwarded_for(out, &chain, facts.peer);
+    put_client_addresses(out, &chain, facts.peer, facts.client);
 
     let proto = match trusted_proto {
         Some(proto) if !proto.is_empty() => proto,
@@ -254,22 +269,39 @@ pub(super) fn rewrite_request_into(
     }
 }
 
-/// The `X-Forwarded-For` value, if there is one: the trusted chain so far, then the peer.
-fn put_forwarded_for(out: &mut impl HeaderSink, chain: &[u8], peer: Option<IpAddr>) {
+/// `X-Forwarded-For` (the trusted chain so far, then the peer) and `X-Real-IP` (the resolved
+/// client), each when there is something to say. The client is usually the peer, whose text
+/// is then written once for both.
+fn put_client_addresses(
+    out: &mut impl HeaderSink,
+    chain: &[u8],
+    peer: Option<IpAddr>,
+    client: Option<IpAddr>,
+) {
     let mut peer_text = [0u8; IP_TEXT_MAX];
     let peer_len = peer.map_or(0, |peer| write_ip(&mut peer_text, peer));
-    if chain.is_empty() && peer_len == 0 {
-        return;
+    if !chain.is_empty() || peer_len > 0 {
+        let separator: &[u8] = if chain.is_empty() || peer_len == 0 {
+            b""
+        } else {
+            b", "
+        };
+        out.put_pieces(
+            &X_FORWARDED_FOR,
+            &[chain, separator, &peer_text[..peer_len]],
+        );
     }
-    let separator: &[u8] = if chain.is_empty() || peer_len == 0 {
-        b""
-    } else {
-        b", "
-    };
-    out.put_pieces(
-        &X_FORWARDED_FOR,
-        &[chain, separator, &peer_text[..peer_len]],
-    );
+    match client {
+        None => {}
+        Some(client) if Some(client) == peer => {
+            out.put_pieces(&X_REAL_IP, &[&peer_text[..peer_len]]);
+        }
+        Some(client) => {
+            let mut client_text = [0u8; IP_TEXT_MAX];
+            let client_len = write_ip(&mut client_text, client);
+            out.put_pieces(&X_REAL_IP, &[&client_text[..client_len]]);
+        }
+    }
 }
 
 /// Longest text of an IP address (IPv6 with an embedded IPv4 address).
@@ -460,6 +492,33 @@ fn single_content_length(headers: &mut HeaderMap) {
     }
 }
 
+/// Whether a response's framing headers announce a body: any transfer coding, or a
+/// `Content-Length` other than 0 (unreadable ones included).
+pub(super) fn announces_body<'v>(
+    transfer_coded: bool,
+    content_lengths: impl IntoIterator<Item = &'v [u8]>,
+) -> bool {
+    transfer_coded
+        || content_lengths
+            .into_iter()
+            .flat_map(|value| value.split(|&b| b == b','))
+            .any(|item| parse_decimal(item.trim_ascii()) != Some(0))
+}
+
+/// Whether a response to `method` may leave stray bytes behind on its connection: one to
+/// `HEAD`, or a 204 or 304 whose headers announce a body. Such a connection is not reused.
+pub(super) fn may_trail_a_body(method: &Method, status: StatusCode, headers: &HeaderMap) -> bool {
+    *method == Method::HEAD
+        || ((status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED)
+            && announces_body(
+                headers.contains_key(header::TRANSFER_ENCODING),
+                headers
+                    .get_all(header::CONTENT_LENGTH)
+                    .iter()
+                    .map(HeaderValue::as_bytes),
+            ))
+}
+
 /// For a header value that is a list (`5, 5`), the length of its first item without the
 /// whitespace before the comma; `None` for a single value. Header values have no leading or
 /// trailing whitespace, so the item needs no other trimming.
@@ -472,10 +531,10 @@ pub(super) fn first_item_len(value: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
 
-    /// The `X-Forwarded-For` value [`put_forwarded_for`] gives a header map.
+    /// The `X-Forwarded-For` value [`put_client_addresses`] gives a header map.
     fn forwarded_for(chain: &[u8], peer: Option<IpAddr>) -> Option<String> {
         let mut map = HeaderMap::new();
-        put_forwarded_for(&mut map, chain, peer);
+        put_client_addresses(&mut map, chain, peer, peer);
         map.get(&X_FORWARDED_FOR)
             .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
     }
@@ -484,6 +543,7 @@ mod tests {
         RequestFacts {
             peer: Some("127.0.0.1".parse().unwrap()),
             peer_trusted: false,
+            client: Some("127.0.0.1".parse().unwrap()),
             via_tls: false,
             upstream_host,
             preserve_host: true,
@@ -655,7 +715,66 @@ mod tests {
             values(&out, "x-forwarded-host"),
             vec![b"concert.example".to_vec()]
         );
-        assert_eq!(values(&out, "x-real-ip"), vec![b"6.6.6.6".to_vec()]);
+        assert_eq!(values(&out, "x-real-ip"), vec![b"127.0.0.1".to_vec()]);
+    }
+
+    fn address_claims() -> HeaderMap {
+        map(&[
+            ("x-real-ip", b"6.6.6.6"),
+            ("true-client-ip", b"6.6.6.1"),
+            ("cf-connecting-ip", b"6.6.6.2"),
+            ("x-client-ip", b"6.6.6.3"),
+            ("x-cluster-client-ip", b"6.6.6.4"),
+            ("fastly-client-ip", b"6.6.6.5"),
+        ])
+    }
+
+    const CLAIMS: [&str; 5] = [
+        "true-client-ip",
+        "cf-connecting-ip",
+        "x-client-ip",
+        "x-cluster-client-ip",
+        "fastly-client-ip",
+    ];
+
+    #[test]
+    fn client_address_claims_need_a_trusted_peer() {
+        let upstream = HeaderValue::from_static("origin:1");
+        let untrusted = rewrite_request(address_claims(), facts(&upstream));
+        for claim in CLAIMS {
+            assert!(!untrusted.contains_key(claim), "{claim} forwarded");
+        }
+        assert_eq!(values(&untrusted, "x-real-ip"), vec![b"127.0.0.1".to_vec()]);
+
+        let trusted = rewrite_request(
+            address_claims(),
+            RequestFacts {
+                peer_trusted: true,
+                client: Some("203.0.113.9".parse().unwrap()),
+                ..facts(&upstream)
+            },
+        );
+        for (at, claim) in CLAIMS.into_iter().enumerate() {
+            assert_eq!(
+                values(&trusted, claim),
+                vec![format!("6.6.6.{}", at + 1).into_bytes()]
+            );
+        }
+        assert_eq!(values(&trusted, "x-real-ip"), vec![b"203.0.113.9".to_vec()]);
+    }
+
+    #[test]
+    fn no_real_ip_without_a_known_client() {
+        let upstream = HeaderValue::from_static("origin:1");
+        let out = rewrite_request(
+            address_claims(),
+            RequestFacts {
+                peer: None,
+                client: None,
+                ..facts(&upstream)
+            },
+        );
+        assert!(!out.contains_key("x-real-ip"));
     }
 
     #[test]
@@ -941,6 +1060,31 @@ mod tests {
         assert_eq!(values(&headers, "connection"), vec![b"upgrade".to_vec()]);
         assert_eq!(values(&headers, "upgrade"), vec![b"websocket".to_vec()]);
         assert!(headers.contains_key("sec-websocket-accept"));
+    }
+
+    #[test]
+    fn bodiless_answers_that_announce_a_body_are_flagged() {
+        let flagged = |method: Method, status: u16, pairs: &[(&str, &[u8])]| {
+            may_trail_a_body(&method, StatusCode::from_u16(status).unwrap(), &map(pairs))
+        };
+        assert!(flagged(Method::HEAD, 200, &[("content-length", b"5")]));
+        assert!(flagged(Method::HEAD, 200, &[]));
+        assert!(flagged(Method::GET, 304, &[("content-length", b"5")]));
+        assert!(flagged(Method::GET, 304, &[("content-length", b"0, 1")]));
+        assert!(flagged(Method::GET, 304, &[("content-length", b"x")]));
+        assert!(flagged(
+            Method::POST,
+            204,
+            &[("transfer-encoding", b"chunked")]
+        ));
+        assert!(!flagged(Method::GET, 304, &[("etag", b"\"a\"")]));
+        assert!(!flagged(Method::GET, 204, &[("content-length", b"0")]));
+        assert!(!flagged(Method::GET, 200, &[("content-length", b"5")]));
+        assert!(!flagged(
+            Method::POST,
+            200,
+            &[("transfer-encoding", b"chunked")]
+        ));
     }
 
     #[test]

@@ -32,8 +32,9 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http::header::{self, HeaderValue};
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_rustls::{ConfigBuilderExt as _, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect;
 
 use self::body::HeldBody;
 use self::client::{UpstreamClient, pooled_client, system_tls_config, tcp_connector, tls_builder};
@@ -51,8 +52,8 @@ pub(crate) use drain::{Drain, end_event_stream_on_drain};
 pub(crate) use error::{FailureCounts, Fault, ProxyError};
 
 /// Bytes reserved in a request head for the headers the proxy adds (`Host`,
-/// `X-Forwarded-For`, `-Host` and `-Proto`); more only costs a regrowth.
-const ADDED_HEADER_BYTES: usize = 160;
+/// `X-Forwarded-For`, `-Host` and `-Proto`, `X-Real-IP`); more only costs a regrowth.
+const ADDED_HEADER_BYTES: usize = 192;
 
 /// How soon an upload found below the minimum rate, while the origin rather than the client
 /// was holding it up, is looked at again.
@@ -82,6 +83,8 @@ pub(crate) struct ForwardContext<'a> {
     pub peer: Option<IpAddr>,
     /// Whether the peer is one of the trusted proxies (its forwarding headers are believed).
     pub peer_trusted: bool,
+    /// The client as the pipeline resolved it, for `X-Real-IP`.
+    pub client: Option<IpAddr>,
     /// Whether the client reached Concert over its own TLS listener.
     pub via_tls: bool,
     /// The normalised path plus the original query: exactly what the origin must receive.
@@ -269,7 +272,13 @@ impl Proxy {
         };
         let requested_protocol = upgrade.clone();
         let facts = self.request_facts(&ctx, &parts.uri, upgrade);
-        let headers = headers::rewrite_request(parts.headers, facts);
+        let mut headers = headers::rewrite_request(parts.headers, facts);
+        // The shared client puts a connection back in its pool before the answer is seen here,
+        // so after `HEAD` (see `headers::may_trail_a_body`) the origin is asked to close it
+        // instead; the lean pool below drops its lease.
+        if pooled.is_none() && requested_protocol.is_none() && parts.method == Method::HEAD {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
 
         let method = parts.method;
         let mut outgoing = Request::new(body);
@@ -278,6 +287,11 @@ impl Proxy {
         // Origins always get HTTP/1.1 semantics; the pool speaks HTTP/2 to them when ALPN says so.
         *outgoing.version_mut() = Version::HTTP_11;
         *outgoing.headers_mut() = headers;
+        // For the shared client's connection, which may have to be kept out of its pool once
+        // the answer is known.
+        let origin_conn = pooled
+            .is_none()
+            .then(|| connect::capture_connection(&mut outgoing));
 
         let client = match (&requested_protocol, &self.upgrade_client) {
             (Some(_), Some(http1_only)) => http1_only,
@@ -346,9 +360,19 @@ impl Proxy {
         }
 
         let (mut parts, incoming) = response.into_parts();
+        let trails = headers::may_trail_a_body(&method, parts.status, &parts.headers);
+        if trails
+            && parts.version != Version::HTTP_2
+            && let Some(captured) = &origin_conn
+            && let Some(connected) = captured.connection_metadata().as_ref()
+        {
+            connected.poison();
+        }
         let origin_closes = headers::strip_response(&mut parts.headers, false);
-        // An origin that says it closes (or speaks HTTP/1.0) does not get the connection reused.
-        let lease = lease.filter(|_| !origin_closes && parts.version == Version::HTTP_11);
+        // An origin that says it closes (or speaks HTTP/1.0) does not get the connection reused,
+        // nor does one whose answer may be followed by a stray body.
+        let lease =
+            lease.filter(|_| !origin_closes && !trails && parts.version == Version::HTTP_11);
         as_own_response(&mut parts);
         let failures = Arc::clone(&self.failures);
         Response::from_parts(
@@ -367,6 +391,7 @@ impl Proxy {
         RequestFacts {
             peer: ctx.peer,
             peer_trusted: ctx.peer_trusted,
+            client: ctx.client,
             via_tls: ctx.via_tls,
             upstream_host: &self.target.host,
             preserve_host: self.preserve_host,

@@ -108,6 +108,7 @@ fn front(proxy: Proxy, peer_trusted: bool) -> Front {
                                 let ctx = ForwardContext {
                                     peer: Some(crate::pipeline::identity::unmap(peer.ip())),
                                     peer_trusted,
+                                    client: Some(crate::pipeline::identity::unmap(peer.ip())),
                                     via_tls: false,
                                     path_and_query: &target,
                                     drain: &drain,
@@ -913,6 +914,11 @@ impl Drop for TlsFront {
 }
 
 fn tls_in_front_of(plain: SocketAddr) -> (TlsFront, rustls::ClientConfig) {
+    tls_offering(plain, &[b"h2", b"http/1.1"])
+}
+
+/// [`tls_in_front_of`], offering only the protocols in `alpn`.
+fn tls_offering(plain: SocketAddr, alpn: &[&[u8]]) -> (TlsFront, rustls::ClientConfig) {
     let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
     let cert_der = certified.cert.der().clone();
     let key_der =
@@ -924,7 +930,7 @@ fn tls_in_front_of(plain: SocketAddr) -> (TlsFront, rustls::ClientConfig) {
         .with_no_client_auth()
         .with_single_cert(vec![cert_der.clone()], key_der)
         .unwrap();
-    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    server.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
 
     let mut roots = rustls::RootCertStore::empty();
@@ -980,6 +986,33 @@ async fn https_upstream_is_reached_over_http2() {
     assert_eq!(header_lines(&seen, "host"), ["concert.example"]);
     assert_eq!(header_lines(&seen, "cookie"), ["a=b"]);
     eventually("hold released", || front.holds() == 0).await;
+}
+
+/// The shared client (`https` origins) puts a connection back in its pool on its own. After
+/// a `HEAD`, or a 304 announcing a body, it must not be used again: the origin sends the body
+/// late, and it would be read as the answer to the next request.
+#[tokio::test]
+async fn a_late_body_after_head_or_304_never_answers_the_next_https_request() {
+    let origin = origins::trailing_body_origin().await;
+    let (tls, client_tls) = tls_offering(origin.addr(), &[b"http/1.1"]);
+    let upstream = format!("https://{}", tls.addr);
+    let front = front(
+        Proxy::with_tls_config(settings(&upstream), client_tls).unwrap(),
+        false,
+    );
+    for (method, path) in [(Method::HEAD, "/page"), (Method::GET, "/not-modified")] {
+        let (_conn, first) = send(front.addr, request(method, path, &[], full(Bytes::new()))).await;
+        assert!(first.status().is_success() || first.status() == StatusCode::NOT_MODIFIED);
+        drop(first);
+        let (status, headers, body) = get(front.addr, "/page", &[]).await;
+        assert_eq!(
+            (status, &body[..]),
+            (StatusCode::OK, &b"real"[..]),
+            "after {path}"
+        );
+        assert!(!headers.contains_key("x-trailing"));
+    }
+    eventually("holds released", || front.holds() == 0).await;
 }
 
 #[tokio::test]

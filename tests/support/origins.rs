@@ -568,3 +568,100 @@ where
     });
     format!("http://{addr}")
 }
+
+/// What [`trailing_body_origin`] sends as the body nobody should read: a complete response of
+/// its own, so a proxy that reads it takes it for the answer to the next request.
+pub const TRAILING_RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nX-Trailing: yes\r\n\r\nSMUGGLED";
+
+/// A raw origin (no HTTP library) whose answers without a body still carry one. To `HEAD`, and
+/// to `/not-modified` (304) and `/no-content` (204) with any method, it answers a head whose
+/// `Content-Length` announces [`TRAILING_RESPONSE`], and sends those bytes late: when the next
+/// request arrives on the same connection, before that request's own answer, as a framework
+/// that writes the body after a slow render would. Everything else is answered `200 real`.
+/// Request bodies framed by `Content-Length` are read and ignored.
+pub struct TrailingBodyOrigin {
+    addr: SocketAddr,
+    connections: Arc<AtomicU64>,
+}
+
+impl TrailingBodyOrigin {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+pub async fn trailing_body_origin() -> TrailingBodyOrigin {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicU64::new(0));
+    let accepted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            accepted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut owed: &[u8] = b"";
+                loop {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match stream.read(&mut byte).await {
+                            Ok(1) => head.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|line| {
+                            let (name, value) = line.split_once(':')?;
+                            name.eq_ignore_ascii_case("content-length")
+                                .then(|| value.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    let mut body = vec![0u8; length];
+                    if stream.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let mut words = head.split(' ');
+                    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                    let status = match path {
+                        "/not-modified" => Some("304 Not Modified"),
+                        "/no-content" => Some("204 No Content"),
+                        _ if method == "HEAD" => Some("200 OK"),
+                        _ => None,
+                    };
+                    let mut answer = std::mem::take(&mut owed).to_vec();
+                    match status {
+                        Some(status) => {
+                            answer.extend_from_slice(
+                                format!(
+                                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n",
+                                    TRAILING_RESPONSE.len()
+                                )
+                                .as_bytes(),
+                            );
+                            owed = TRAILING_RESPONSE;
+                        }
+                        None => answer
+                            .extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal"),
+                    }
+                    if stream.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    TrailingBodyOrigin { addr, connections }
+}

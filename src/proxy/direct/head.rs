@@ -8,7 +8,9 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Version};
 
 use super::error::DirectError;
-use crate::proxy::headers::{HeaderSink, RESPONSE_HOP_BY_HOP, first_item_len, list_items};
+use crate::proxy::headers::{
+    HeaderSink, RESPONSE_HOP_BY_HOP, announces_body, first_item_len, list_items,
+};
 use crate::proxy::target::Target;
 use crate::wire::codec::parse_decimal;
 use crate::wire::limits::{MAX_HEADERS, MAX_RESPONSE_HEAD_BYTES};
@@ -208,11 +210,17 @@ pub(super) fn framing_of<'h>(
     last_transfer_coding: Option<&[u8]>,
     mut content_lengths: impl Iterator<Item = &'h [u8]>,
 ) -> Result<(Framing, bool), DirectError> {
-    if answers_without_body
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED
-    {
-        return Ok((Framing::Empty, true));
+    // The answer to `HEAD` announces the length of a body it must not carry. An origin that
+    // sends one anyway, even later, would have it read as the next request's answer, and no
+    // check before reuse can rule out bytes still on their way: the connection is closed.
+    if answers_without_body {
+        return Ok((Framing::Empty, false));
+    }
+    // 204 and 304 have no body either; framing headers that announce one show a broken origin,
+    // whose connection is not trusted again for the same reason.
+    if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        let announces_body = announces_body(last_transfer_coding.is_some(), content_lengths);
+        return Ok((Framing::Empty, !announces_body));
     }
     if let Some(coding) = last_transfer_coding {
         let chunked = coding
