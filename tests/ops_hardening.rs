@@ -137,6 +137,12 @@ const STATS_SAMPLES: &[(&str, &str)] = &[
         "priority_forms_refused_total",
         "concert_priority_forms_refused_total",
     ),
+    (
+        "priority_forms_over_budget_total",
+        "concert_priority_forms_over_budget_total",
+    ),
+    ("address_full_total", "concert_address_full_total"),
+    ("upload_buffered_bytes", "concert_upload_buffered_bytes"),
 ];
 
 /// What Prometheus 3 sends when it scrapes.
