@@ -51,14 +51,7 @@ fn pass_cookie(concert: &concert::Running, n: u8) -> String {
 }
 
 async fn stats(concert: &concert::Running) -> serde_json::Value {
-    plain_client()
-        .get(url(concert, "/_room/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    room_stats(concert).await
 }
 
 /// Sends `request` in the background and waits until the origin holds `in_flight` requests.

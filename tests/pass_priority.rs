@@ -66,14 +66,7 @@ fn mint(concert: &concert::Running, id: &PassId, expiry: u64) -> String {
 }
 
 async fn stat(concert: &concert::Running, key: &str) -> u64 {
-    let stats: serde_json::Value = plain_client()
-        .get(url(concert, "/_room/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = room_stats(concert).await;
     stats[key]
         .as_u64()
         .unwrap_or_else(|| panic!("{key} in {stats}"))

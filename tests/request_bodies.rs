@@ -9,7 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::origins::{self, Origin};
-use support::{concert, concert_adjusted, concert_with_env, eventually, plain_client, url};
+use support::{
+    concert, concert_adjusted, concert_with_env, eventually, plain_client, room_stats, url,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -452,13 +454,6 @@ async fn uploads_cannot_fill_the_disk_past_the_buffer_limit() {
     again.write_all(&[b'c'; 120_000]).await.unwrap();
     let answer = answer_of(&mut again, Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let stats: serde_json::Value = plain_client()
-        .get(url(&concert, "/_room/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = room_stats(&concert).await;
     assert_eq!(stats["upload_buffered_bytes"], 0);
 }

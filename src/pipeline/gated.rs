@@ -23,15 +23,15 @@ use crate::respond::Rejection;
 use crate::respond::values::{HTML, JSON, NO_STORE};
 use crate::room::{AdmitResult, Arrival, Decision, Waiting};
 use crate::sys::slots::SlotHold;
-use crate::wire::body::RequestBody;
+use crate::wire::body::{ClientBody, RequestBody};
 
 /// The catch-all: the body taken in, the priority gate (when the room is busy), then the
 /// waiting room decides, and the proxy serves.
-pub(super) async fn gated<B: RequestBody>(
+pub(super) async fn gated<B: RequestBody + Unpin>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
-    req: Request<B>,
+    req: Request<ClientBody<B>>,
 ) -> Response<Body> {
     if upload::takes_in(generation, info, &req) {
         // Boxed: bodiless requests would otherwise carry room for the upload's larger future.
@@ -48,11 +48,11 @@ pub(super) async fn gated<B: RequestBody>(
 
 /// The priority gate (when the room is busy), then the waiting room decides, and the proxy
 /// serves.
-async fn room_then_origin<B: RequestBody>(
+async fn room_then_origin<B: RequestBody + Unpin>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
-    req: Request<B>,
+    req: Request<ClientBody<B>>,
 ) -> Response<Body> {
     let config = &generation.config;
     let now = unix_now();
@@ -139,11 +139,11 @@ fn is_form_method(method: &Method) -> bool {
 /// a grant bound to the pass. `status` is the pass as checked when the request arrived: a
 /// second signature check would cost as much again, and a pass valid on arrival is slid even
 /// if it ran out while its holder waited for the slot.
-async fn admitted<B: RequestBody>(
+async fn admitted<B: RequestBody + Unpin>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
-    req: Request<B>,
+    req: Request<ClientBody<B>>,
     hold: SlotHold,
     status: PassStatus,
 ) -> Response<Body> {

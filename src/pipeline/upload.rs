@@ -11,15 +11,15 @@ use tokio::time::Instant;
 use super::request::RequestInfo;
 use crate::app::{App, Generation};
 use crate::respond::Rejection;
-use crate::wire::body::RequestBody;
-use crate::wire::intake::{IntakeError, IntakeLimits, TakenBody, take_in};
+use crate::wire::body::{ClientBody, RequestBody};
+use crate::wire::intake::{IntakeError, IntakeLimits, take_in};
 
 /// Whether the request's body is taken in before the room: it has one, and its path does not
 /// stream. A bodiless request costs one check.
-pub(super) fn takes_in<B: RequestBody>(
+pub(super) fn takes_in<B: RequestBody + Unpin>(
     generation: &Generation,
     info: &RequestInfo,
-    req: &Request<B>,
+    req: &Request<ClientBody<B>>,
 ) -> bool {
     !hyper::body::Body::is_end_stream(req.body())
         && !generation.unbuffered_uploads.contains(info.path())
@@ -27,12 +27,12 @@ pub(super) fn takes_in<B: RequestBody>(
 
 /// The request with its body taken in, or the refusal: 413 over `-max-body`, 408 past the
 /// deadlines, 400 for a body that broke off.
-pub(super) async fn take_in_body<B: RequestBody>(
+pub(super) async fn take_in_body<B: RequestBody + Unpin>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
-    req: Request<B>,
-) -> Result<Request<TakenBody>, Response<Body>> {
+    req: Request<ClientBody<B>>,
+) -> Result<Request<ClientBody<B>>, Response<Body>> {
     let config = &generation.config;
     let started = Instant::now();
     let limits = IntakeLimits {
@@ -51,7 +51,7 @@ pub(super) async fn take_in_body<B: RequestBody>(
     headers.remove(header::TRANSFER_ENCODING);
     headers.remove(header::EXPECT);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(taken.len()));
-    Ok(Request::from_parts(parts, taken))
+    Ok(Request::from_parts(parts, ClientBody::Taken(taken)))
 }
 
 fn refuse(info: &RequestInfo, error: &IntakeError) -> Response<Body> {

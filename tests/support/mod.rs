@@ -107,6 +107,11 @@ pub async fn json_of(request: reqwest::RequestBuilder) -> serde_json::Value {
     request.send().await.unwrap().json().await.unwrap()
 }
 
+/// The `/_room/stats` JSON of `running`.
+pub async fn room_stats(running: &concert::Running) -> serde_json::Value {
+    json_of(plain_client().get(url(running, "/_room/stats"))).await
+}
+
 /// Sends raw bytes and returns whatever the server answered before closing or `wait` elapsed.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
     let mut stream = TcpStream::connect(addr).await.unwrap();
