@@ -51,7 +51,10 @@ pub(super) async fn take_in_body<B: RequestBody + Unpin>(
     headers.remove(header::TRANSFER_ENCODING);
     headers.remove(header::EXPECT);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(taken.len()));
-    Ok(Request::from_parts(parts, ClientBody::Taken(taken)))
+    Ok(Request::from_parts(
+        parts,
+        ClientBody::Taken(Box::new(taken)),
+    ))
 }
 
 fn refuse(info: &RequestInfo, error: &IntakeError) -> Response<Body> {

@@ -25,9 +25,11 @@ impl<B> RequestBody for B where
 /// connection, or taken in whole before the room (see [`crate::wire::intake`]). One type for
 /// both, so the request path is compiled once: a second copy of it, for taken bodies alone,
 /// cost every bodiless page about 2% more instructions.
+/// A taken body is boxed: it is several times the size of a streaming one, and every request is
+/// moved a few times on its way through the stages.
 pub(crate) enum ClientBody<B> {
     Streaming(B),
-    Taken(TakenBody),
+    Taken(Box<TakenBody>),
 }
 
 impl<B: RequestBody + Unpin> hyper::body::Body for ClientBody<B> {
@@ -40,7 +42,7 @@ impl<B: RequestBody + Unpin> hyper::body::Body for ClientBody<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             ClientBody::Streaming(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
-            ClientBody::Taken(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            ClientBody::Taken(body) => Pin::new(body.as_mut()).poll_frame(cx).map_err(Into::into),
         }
     }
 
