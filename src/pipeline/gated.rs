@@ -31,29 +31,16 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
-    req: Request<ClientBody<B>>,
+    mut req: Request<ClientBody<B>>,
 ) -> Response<Body> {
-    if upload::takes_in(generation, info, &req) {
-        // Boxed: bodiless requests would otherwise carry room for the upload's larger future.
-        return Box::pin(async move {
-            match upload::take_in_body(app, generation, info, req).await {
-                Ok(req) => room_then_origin(app, generation, info, req).await,
-                Err(refusal) => refusal,
-            }
-        })
-        .await;
+    // In this function, not a nested one: every level of `async fn` costs a copy of its whole
+    // future when it is entered, and this path runs for every page. The intake's own future is
+    // boxed, so bodiless requests do not carry room for it.
+    if upload::takes_in(generation, info, &req)
+        && let Err(refusal) = Box::pin(upload::take_in_body(app, generation, info, &mut req)).await
+    {
+        return refusal;
     }
-    room_then_origin(app, generation, info, req).await
-}
-
-/// The priority gate (when the room is busy), then the waiting room decides, and the proxy
-/// serves.
-async fn room_then_origin<B: RequestBody + Unpin>(
-    app: &App,
-    generation: &Generation,
-    info: &RequestInfo,
-    req: Request<ClientBody<B>>,
-) -> Response<Body> {
     let config = &generation.config;
     let now = unix_now();
     let [

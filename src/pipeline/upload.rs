@@ -25,14 +25,15 @@ pub(super) fn takes_in<B: RequestBody + Unpin>(
         && !generation.unbuffered_uploads.contains(info.path())
 }
 
-/// The request with its body taken in, or the refusal: 413 over `-max-body`, 408 past the
-/// deadlines, 400 for a body that broke off.
+/// Takes the request's body in, in place (the request is not moved, as it is on every page's
+/// path), or answers the refusal: 413 over `-max-body`, 408 past the deadlines, 400 for a body
+/// that broke off.
 pub(super) async fn take_in_body<B: RequestBody + Unpin>(
     app: &App,
     generation: &Generation,
     info: &RequestInfo,
-    req: Request<ClientBody<B>>,
-) -> Result<Request<ClientBody<B>>, Response<Body>> {
+    req: &mut Request<ClientBody<B>>,
+) -> Result<(), Response<Body>> {
     let config = &generation.config;
     let started = Instant::now();
     let limits = IntakeLimits {
@@ -40,21 +41,19 @@ pub(super) async fn take_in_body<B: RequestBody + Unpin>(
         progress: config.body_progress_timeout,
         deadline: (!config.upload_timeout.is_zero()).then(|| started + config.upload_timeout),
     };
-    let (mut parts, body) = req.into_parts();
+    let body = std::mem::replace(req.body_mut(), ClientBody::Empty);
     let taken = match take_in(body, limits, &app.spool, config.upload_disk_limit).await {
         Ok(taken) => taken,
         Err(error) => return Err(refuse(info, &error)),
     };
-    let headers = &mut parts.headers;
+    let headers = req.headers_mut();
     // The origin gets the body whole: with its length, as nginx forwards a buffered body, and
     // without `Expect`, whose handshake was Concert's.
     headers.remove(header::TRANSFER_ENCODING);
     headers.remove(header::EXPECT);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(taken.len()));
-    Ok(Request::from_parts(
-        parts,
-        ClientBody::Taken(Box::new(taken)),
-    ))
+    *req.body_mut() = ClientBody::Taken(Box::new(taken));
+    Ok(())
 }
 
 fn refuse(info: &RequestInfo, error: &IntakeError) -> Response<Body> {

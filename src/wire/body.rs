@@ -30,6 +30,8 @@ impl<B> RequestBody for B where
 pub(crate) enum ClientBody<B> {
     Streaming(B),
     Taken(Box<TakenBody>),
+    /// Stands in while the body is being taken in.
+    Empty,
 }
 
 impl<B: RequestBody + Unpin> hyper::body::Body for ClientBody<B> {
@@ -43,6 +45,7 @@ impl<B: RequestBody + Unpin> hyper::body::Body for ClientBody<B> {
         match self.get_mut() {
             ClientBody::Streaming(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
             ClientBody::Taken(body) => Pin::new(body.as_mut()).poll_frame(cx).map_err(Into::into),
+            ClientBody::Empty => Poll::Ready(None),
         }
     }
 
@@ -50,6 +53,7 @@ impl<B: RequestBody + Unpin> hyper::body::Body for ClientBody<B> {
         match self {
             ClientBody::Streaming(body) => body.is_end_stream(),
             ClientBody::Taken(body) => body.is_end_stream(),
+            ClientBody::Empty => true,
         }
     }
 
@@ -57,6 +61,7 @@ impl<B: RequestBody + Unpin> hyper::body::Body for ClientBody<B> {
         match self {
             ClientBody::Streaming(body) => body.size_hint(),
             ClientBody::Taken(body) => body.size_hint(),
+            ClientBody::Empty => SizeHint::with_exact(0),
         }
     }
 }
