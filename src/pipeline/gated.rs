@@ -23,7 +23,8 @@ use crate::respond::Rejection;
 use crate::respond::values::{HTML, JSON, NO_STORE};
 use crate::room::{AdmitResult, Arrival, Decision, Waiting};
 use crate::sys::slots::SlotHold;
-use crate::wire::body::{ClientBody, RequestBody};
+use crate::wire::body::RequestBody;
+use crate::wire::client_body::ClientBody;
 
 /// The catch-all: the body taken in, the priority gate (when the room is busy), then the
 /// waiting room decides, and the proxy serves.

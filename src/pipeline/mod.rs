@@ -54,7 +54,8 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::endpoints;
-use crate::wire::body::{ClientBody, RequestBody};
+use crate::wire::body::RequestBody;
+use crate::wire::client_body::ClientBody;
 use routes::Stage;
 
 pub use request::ConnInfo;

@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use super::request::RequestInfo;
 use crate::app::{App, Generation};
 use crate::respond::Rejection;
-use crate::wire::body::{ClientBody, RequestBody};
+use crate::wire::body::RequestBody;
+use crate::wire::client_body::ClientBody;
 use crate::wire::intake::{IntakeError, IntakeLimits, take_in};
 
 /// Whether the request's body is taken in before the room: it has one, and its path does not

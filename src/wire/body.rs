@@ -1,14 +1,8 @@
 //! What a request body must be for the pipeline to forward it: hyper's own body on the server,
-//! axum's when the pipeline is called in process; and the one type the pipeline's stages see.
-
-use std::pin::Pin;
-use std::task::{Context, Poll};
+//! axum's when the pipeline is called in process.
 
 use axum::BoxError;
 use bytes::Bytes;
-use hyper::body::{Frame, SizeHint};
-
-use super::intake::TakenBody;
 
 /// A request body the pipeline and the proxy can stream to the origin.
 pub(crate) trait RequestBody:
@@ -19,49 +13,4 @@ pub(crate) trait RequestBody:
 impl<B> RequestBody for B where
     B: hyper::body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static
 {
-}
-
-/// A client's request body as the pipeline's stages pass it on: still streaming from the
-/// connection, or taken in whole before the room (see [`crate::wire::intake`]). One type for
-/// both, so the request path is compiled once: a second copy of it, for taken bodies alone,
-/// cost every bodiless page about 2% more instructions.
-/// A taken body is boxed: it is several times the size of a streaming one, and every request is
-/// moved a few times on its way through the stages.
-pub(crate) enum ClientBody<B> {
-    Streaming(B),
-    Taken(Box<TakenBody>),
-    /// Stands in while the body is being taken in.
-    Empty,
-}
-
-impl<B: RequestBody + Unpin> hyper::body::Body for ClientBody<B> {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            ClientBody::Streaming(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
-            ClientBody::Taken(body) => Pin::new(body.as_mut()).poll_frame(cx).map_err(Into::into),
-            ClientBody::Empty => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            ClientBody::Streaming(body) => body.is_end_stream(),
-            ClientBody::Taken(body) => body.is_end_stream(),
-            ClientBody::Empty => true,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            ClientBody::Streaming(body) => body.size_hint(),
-            ClientBody::Taken(body) => body.size_hint(),
-            ClientBody::Empty => SizeHint::with_exact(0),
-        }
-    }
 }

@@ -1,7 +1,9 @@
 //! HTTP as it crosses the wire, below both the server and the proxy: limits, length and chunk
-//! parsers, and the HTTP/1 smuggling guard.
+//! parsers, the HTTP/1 smuggling guard, and request bodies (what the proxy forwards, and bodies
+//! taken in whole).
 
 pub(crate) mod body;
+pub(crate) mod client_body;
 pub(crate) mod codec;
 pub(crate) mod intake;
 pub(crate) mod limits;
