@@ -14,11 +14,13 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::Hmac;
 use rand::rngs::StdRng;
 use rand::{RngCore as _, SeedableRng as _};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
+
+use crate::sys::keyed_hash::{keyed, tag_of};
 
 /// Raw pass length.
 pub(crate) const PASS_BYTES: usize = 44;
@@ -117,18 +119,6 @@ impl SigningKey {
     fn grant_tag(&self, signed: &[u8]) -> [u8; TAG_BYTES] {
         truncate(tag_of(&self.grant, signed))
     }
-}
-
-fn keyed(key: &[u8]) -> Hmac<Sha256> {
-    // HMAC accepts keys of any length, so this cannot fail; an empty key is still a key.
-    <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()))
-}
-
-fn tag_of(keyed: &Hmac<Sha256>, data: &[u8]) -> [u8; 32] {
-    let mut mac = keyed.clone();
-    mac.update(data);
-    mac.finalize().into_bytes().into()
 }
 
 fn truncate(full: [u8; 32]) -> [u8; TAG_BYTES] {

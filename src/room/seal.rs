@@ -10,10 +10,11 @@
 //! Tickets restored from a queue snapshot written before tickets were sealed are found in the
 //! store, so they keep working; only their expired copies lose the benefit of the doubt.
 
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::tokens::TokenId;
+use crate::sys::keyed_hash::{keyed, tag_of};
 
 /// Bytes of the ticket that are random; the rest is the tag.
 const NONCE_BYTES: usize = 8;
@@ -58,8 +59,8 @@ impl TicketSeal {
     pub(super) fn issue(&self) -> TokenId {
         let mut token = [0u8; 16];
         token[..NONCE_BYTES].copy_from_slice(&rand::random::<[u8; NONCE_BYTES]>());
-        let tag: [u8; 16 - NONCE_BYTES] = tag_of(&self.current, &token[..NONCE_BYTES]);
-        token[NONCE_BYTES..].copy_from_slice(&tag);
+        let tag = tag_of(&self.current, &token[..NONCE_BYTES]);
+        token[NONCE_BYTES..].copy_from_slice(&tag[..16 - NONCE_BYTES]);
         token
     }
 
@@ -78,26 +79,7 @@ impl TicketSeal {
 }
 
 fn derived_key(secret: &[u8]) -> Hmac<Sha256> {
-    let ticket_key: [u8; 32] = tag_of(&keyed(secret), TICKET_KEY_LABEL);
-    keyed(&ticket_key)
-}
-
-fn keyed(key: &[u8]) -> Hmac<Sha256> {
-    // HMAC takes keys of any length, so this cannot fail; the fallback only satisfies the type.
-    <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()))
-}
-
-fn tag_of<const N: usize>(key: &Hmac<Sha256>, data: &[u8]) -> [u8; N]
-where
-    [u8; N]: Default,
-{
-    let mut mac = key.clone();
-    mac.update(data);
-    let full = mac.finalize().into_bytes();
-    let mut tag = <[u8; N]>::default();
-    tag.copy_from_slice(&full[..N]);
-    tag
+    keyed(&tag_of(&keyed(secret), TICKET_KEY_LABEL))
 }
 
 #[cfg(test)]

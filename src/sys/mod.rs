@@ -1,10 +1,11 @@
-//! Plumbing below the product: clocks, timers, slots, shards, the allocator, logging, systemd
-//! and the serving workers' turns on a shared core.
+//! Plumbing below the product: clocks, timers, slots, shards, the allocator, logging, systemd,
+//! the keyed hash tags are made with, and the serving workers' turns on a shared core.
 
 pub mod allocator;
 pub mod coarse_clock;
 pub mod core_turns;
 pub(crate) mod io_wrap;
+pub(crate) mod keyed_hash;
 pub mod logging;
 pub(crate) mod moving_timer;
 pub(crate) mod shard;
