@@ -25,12 +25,11 @@ const ADMIN_BODY_LIMIT: u64 = 64 * 1024;
 /// refusal (413, 408, 400) otherwise.
 async fn read_admin_body(app: &App, body: Body) -> Result<Bytes, Response<Body>> {
     let config = &app.generation().config;
-    let limits = IntakeLimits {
-        max_bytes: ADMIN_BODY_LIMIT,
-        progress: config.body_progress_timeout,
-        deadline: (!config.upload_timeout.is_zero())
-            .then(|| tokio::time::Instant::now() + config.upload_timeout),
-    };
+    let limits = IntakeLimits::starting_now(
+        ADMIN_BODY_LIMIT,
+        config.body_progress_timeout,
+        config.upload_timeout,
+    );
     collect(body, limits)
         .await
         .map_err(|error| Rejection::from(&error).into_response())

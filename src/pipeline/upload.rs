@@ -6,7 +6,6 @@
 use axum::body::Body;
 use axum::response::IntoResponse;
 use http::{HeaderValue, Request, Response, header};
-use tokio::time::Instant;
 
 use super::request::RequestInfo;
 use crate::app::{App, Generation};
@@ -36,12 +35,11 @@ pub(super) async fn take_in_body<B: RequestBody + Unpin>(
     req: &mut Request<ClientBody<B>>,
 ) -> Result<(), Response<Body>> {
     let config = &generation.config;
-    let started = Instant::now();
-    let limits = IntakeLimits {
-        max_bytes: config.max_body,
-        progress: config.body_progress_timeout,
-        deadline: (!config.upload_timeout.is_zero()).then(|| started + config.upload_timeout),
-    };
+    let limits = IntakeLimits::starting_now(
+        config.max_body,
+        config.body_progress_timeout,
+        config.upload_timeout,
+    );
     let body = std::mem::replace(req.body_mut(), ClientBody::Empty);
     let taken = match take_in(body, limits, &app.spool, config.upload_disk_limit).await {
         Ok(taken) => taken,

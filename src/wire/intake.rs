@@ -69,6 +69,16 @@ pub(crate) enum IntakeError {
 }
 
 impl IntakeLimits {
+    /// Limits for a body read starting now: at most `max_bytes` (0 = none), no pause over
+    /// `progress`, all of it within `overall` (zero = no overall limit).
+    pub(crate) fn starting_now(max_bytes: u64, progress: Duration, overall: Duration) -> Self {
+        IntakeLimits {
+            max_bytes,
+            progress,
+            deadline: (!overall.is_zero()).then(|| Instant::now() + overall),
+        }
+    }
+
     /// Refuses a body whose declared length is already over the limit, before reading any of
     /// it (and before an HTTP/1.1 client that sent `Expect: 100-continue` is told to go on).
     pub(crate) fn check_declared(&self, body: &impl Body) -> Result<(), IntakeError> {
