@@ -399,20 +399,25 @@ async fn a_full_room_lets_customers_and_above_through_the_lane_only() {
     concert.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn forms_use_the_lane_and_are_refused_rather_than_queued_when_it_is_full() {
-    let (origin, gate) = ranking_origin();
-    let concert = concert(&[
+/// Concert with one page slot and a priority lane of `lane_cap` slots that waits 50 ms.
+async fn one_slot_with_lane(origin: &Origin, lane_cap: &str) -> concert::Running {
+    concert(&[
         "-upstream",
         &origin.url(),
         "-cap",
         "1",
         "-priority-cap",
-        "1",
+        lane_cap,
         "-priority-wait",
         "50ms",
     ])
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn forms_use_the_lane_and_are_refused_rather_than_queued_when_it_is_full() {
+    let (origin, gate) = ranking_origin();
+    let concert = one_slot_with_lane(&origin, "1").await;
     let parked = fill_room(&concert, &origin).await;
     let client = plain_client();
     let with_pass = |id| {
@@ -469,17 +474,7 @@ async fn forms_use_the_lane_and_are_refused_rather_than_queued_when_it_is_full()
 #[tokio::test]
 async fn only_real_form_methods_skip_the_line_and_each_pass_has_a_budget() {
     let (origin, gate) = ranking_origin();
-    let concert = concert(&[
-        "-upstream",
-        &origin.url(),
-        "-cap",
-        "1",
-        "-priority-cap",
-        "4",
-        "-priority-wait",
-        "50ms",
-    ])
-    .await;
+    let concert = one_slot_with_lane(&origin, "4").await;
     let parked = fill_room(&concert, &origin).await;
     let client = plain_client();
     let pass = format!(
