@@ -4,13 +4,14 @@
 //! two pieces) and an overall deadline.
 //!
 //! A page's body stays in memory up to [`MEMORY_LIMIT`]; beyond that it goes to a nameless
-//! file in the spool directory, written in batches off the async workers, and is read back
-//! from there as it is sent to the origin.
+//! file in the spool directory, written in batches off the async workers, and mapped into
+//! memory when it is sent to the origin, so the bytes go from the page cache to the origin's
+//! socket without being copied out of the file first.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::future::Future;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -31,10 +32,9 @@ use crate::store::{SpoolClaim, SpoolDir};
 /// off the disk).
 pub(crate) const MEMORY_LIMIT: usize = 64 * 1024;
 
-/// Bytes read back from a spool file at a time on the way to the origin. Only requests that
-/// hold a slot read back, so a larger piece costs little memory and saves round trips to the
-/// blocking pool.
-const READ_BACK: usize = 1024 * 1024;
+/// Bytes of a spooled body handed to the origin connection at a time: the pieces are views of
+/// one mapping, so their size only sets how often the connection asks for more.
+const SEND_PIECE: usize = 1024 * 1024;
 
 /// Bytes gathered before each write to a spool file once the body is on its way there: each
 /// write is a round trip to the blocking pool, and at 64 KiB those round trips (two thread
@@ -203,9 +203,9 @@ pub(crate) async fn take_in<B: RequestBody>(
         None => Kind::Memory(held.into()),
         Some(file) => Kind::File {
             file: Some(file),
-            offset: 0,
-            end: written,
-            reading: None,
+            length: written,
+            mapping: None,
+            unsent: None,
             tail: held.into(),
         },
     };
@@ -231,17 +231,22 @@ fn write_batch(file: Option<File>, spool: &SpoolDir, batch: Vec<Bytes>) -> io::R
     Ok((file, wrote))
 }
 
-/// Reads `length` bytes at `offset` of the spool file (a short file is an error).
-fn read_piece(file: File, offset: u64, length: u64) -> io::Result<(File, Bytes)> {
-    let mut piece = Vec::with_capacity(usize::try_from(length).unwrap_or(READ_BACK));
-    let mut reader = &file;
-    reader.seek(SeekFrom::Start(offset))?;
-    // `read_to_end` fills the spare capacity without zeroing it first.
-    reader.take(length).read_to_end(&mut piece)?;
-    if u64::try_from(piece.len()).unwrap_or(u64::MAX) != length {
-        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
-    }
-    Ok((file, Bytes::from(piece)))
+/// Maps the first `length` bytes of a finished spool file into memory, with its pages faulted
+/// in here (off the async workers) rather than one by one while the origin's socket is written.
+fn map_spooled(file: File, length: u64) -> io::Result<Bytes> {
+    let length = usize::try_from(length).map_err(io::Error::other)?;
+    // SAFETY: a mapping is sound only while no one changes or shortens the file. This one has
+    // no name (it was made with `O_TMPFILE`, or unlinked at once), so no other process can
+    // open it but through this process's `/proc` entry, which takes the rights to write this
+    // process's memory anyway; Concert wrote it in full before this point and never writes
+    // it again, and the handle closes right after mapping.
+    let mapping = unsafe {
+        memmap2::MmapOptions::new()
+            .len(length)
+            .populate()
+            .map(&file)?
+    };
+    Ok(Bytes::from_owner(mapping))
 }
 
 /// A body taken in whole, as it goes to the origin: its length is known, so it travels with
@@ -255,12 +260,14 @@ pub(crate) struct TakenBody {
 
 enum Kind {
     Memory(VecDeque<Bytes>),
-    /// `end` bytes in `file`, then `tail` (the last pieces, which never filled a batch).
+    /// `length` bytes in `file`, then `tail` (the last pieces, which never filled a batch).
     File {
+        /// Until the mapping starts.
         file: Option<File>,
-        offset: u64,
-        end: u64,
-        reading: Option<JoinHandle<io::Result<(File, Bytes)>>>,
+        length: u64,
+        mapping: Option<JoinHandle<io::Result<Bytes>>>,
+        /// What is left of the file's bytes to send, once mapped.
+        unsent: Option<Bytes>,
         tail: VecDeque<Bytes>,
     },
 }
@@ -297,46 +304,41 @@ impl Body for TakenBody {
             Kind::Memory(pieces) => pieces.pop_front(),
             Kind::File {
                 file,
-                offset,
-                end,
-                reading,
+                length,
+                mapping,
+                unsent,
                 tail,
-            } => {
-                if *offset >= *end {
-                    tail.pop_front()
-                } else {
-                    if reading.is_none() {
-                        let Some(from) = file.take() else {
-                            return Poll::Ready(Some(Err(io::Error::other(
-                                "the buffered body's file is gone",
-                            ))));
-                        };
-                        let at = *offset;
-                        let wanted = (*end - at).min(READ_BACK as u64);
-                        *reading = Some(tokio::task::spawn_blocking(move || {
-                            read_piece(from, at, wanted)
-                        }));
+            } => loop {
+                if let Some(rest) = unsent {
+                    if rest.is_empty() {
+                        break tail.pop_front();
                     }
-                    let Some(task) = reading.as_mut() else {
+                    break Some(rest.split_to(rest.len().min(SEND_PIECE)));
+                }
+                if mapping.is_none() {
+                    let Some(from) = file.take() else {
                         return Poll::Ready(Some(Err(io::Error::other(
-                            "the buffered body's read was not started",
+                            "the buffered body's file is gone",
                         ))));
                     };
-                    let read = match Pin::new(task).poll(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(read) => read,
-                    };
-                    *reading = None;
-                    match read.map_err(io::Error::other).and_then(|read| read) {
-                        Ok((from, data)) => {
-                            *file = Some(from);
-                            *offset += u64::try_from(data.len()).unwrap_or(u64::MAX);
-                            Some(data)
-                        }
-                        Err(error) => return Poll::Ready(Some(Err(error))),
-                    }
+                    let length = *length;
+                    *mapping = Some(tokio::task::spawn_blocking(move || {
+                        map_spooled(from, length)
+                    }));
                 }
-            }
+                let Some(task) = mapping.as_mut() else {
+                    continue;
+                };
+                let mapped = match Pin::new(task).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(mapped) => mapped,
+                };
+                *mapping = None;
+                match mapped.map_err(io::Error::other).and_then(|mapped| mapped) {
+                    Ok(mapped) => *unsent = Some(mapped),
+                    Err(error) => return Poll::Ready(Some(Err(error))),
+                }
+            },
         };
         match next {
             Some(data) => this.sent(data),
@@ -381,7 +383,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_small_body_stays_in_memory_and_comes_back_whole() {
-        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        let spool = Arc::new(SpoolDir::in_system_temp());
         let taken = take_in(pieces(3, 1000), limits(0), &spool, 0)
             .await
             .unwrap();
@@ -394,7 +396,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_large_body_goes_to_a_file_and_comes_back_whole() {
-        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        let spool = Arc::new(SpoolDir::in_system_temp());
         // Not a multiple of the batch size, so a tail stays in memory.
         let taken = take_in(pieces(41, 7_001), limits(0), &spool, 0)
             .await
@@ -403,12 +405,12 @@ mod tests {
         assert_eq!(taken.len(), 41 * 7_001);
         let bytes = taken.collect().await.unwrap().to_bytes();
         assert_eq!(bytes, expected(41, 7_001));
-        assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(spool.path().unwrap()).unwrap().count(), 0);
     }
 
     #[tokio::test]
     async fn spooled_bodies_share_the_disk_limit_and_give_it_back() {
-        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        let spool = Arc::new(SpoolDir::in_system_temp());
         // 100 pieces of 10 kB go to disk as 70 kB, then 530 kB; the rest stays in memory.
         let limit = 600_000;
         let first = take_in(pieces(100, 10_000), limits(0), &spool, limit)
@@ -436,7 +438,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_over_the_limit_is_refused_declared_or_counted() {
-        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        let spool = Arc::new(SpoolDir::in_system_temp());
         let declared = Full::new(Bytes::from(vec![0u8; 2_000]));
         assert!(matches!(
             take_in(declared, limits(1_999), &spool, 0).await,
