@@ -289,7 +289,7 @@ impl App {
         wire_abuse(&abuse, &room);
         let spool = match &data_dir {
             Some(dir) => store::SpoolDir::in_data_dir(dir.path()),
-            None => store::SpoolDir::in_system_temp(),
+            None => Ok(store::SpoolDir::in_system_temp()),
         }
         .map_err(BuildError::Spool)?;
         Ok(Arc::new(App {
@@ -310,8 +310,8 @@ impl App {
     }
 
     /// The directory page bodies too large for memory are buffered in (their files have no
-    /// name, so it always looks empty).
-    pub fn upload_spool_dir(&self) -> &std::path::Path {
+    /// name, so it always looks empty); made now if it is a temp one not yet needed.
+    pub fn upload_spool_dir(&self) -> std::io::Result<&std::path::Path> {
         self.spool.path()
     }
 

@@ -273,7 +273,7 @@ async fn an_unbuffered_upload_path_streams_the_body_to_the_origin() {
 async fn a_spooled_upload_leaves_no_file_behind() {
     let origin = origins::echo_origin();
     let concert = concert(&["-upstream", &origin.url()]).await;
-    let spool = concert.app.upload_spool_dir().to_path_buf();
+    let spool = concert.app.upload_spool_dir().unwrap().to_path_buf();
     assert_eq!(open_files_in(&spool), 0);
     let piece = vec![b'q'; 64 * 1024];
     let total = 16 * piece.len();

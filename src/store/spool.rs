@@ -1,6 +1,7 @@
 //! The private directory where request bodies too large to keep in memory wait for their page
 //! slot: `uploads/` in the data directory, or a directory of its own in the system's temp
-//! directory when there is no data directory.
+//! directory when there is no data directory (made when the first body needs it, so a process
+//! that never buffers to disk leaves nothing behind even if it is killed).
 //!
 //! Each body goes into a file without a name (`O_TMPFILE`, or created and unlinked at once
 //! where the system lacks it): it is gone as soon as its last handle closes, whether the request
@@ -10,8 +11,15 @@ use std::fs::{self, DirBuilder, File};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+#[derive(Debug)]
+enum Place {
+    InDataDir(PathBuf),
+    /// Made in the system temp directory on first use, and removed when the value is dropped.
+    InSystemTemp(OnceLock<tempfile::TempDir>),
+}
 
 /// Name of the spool directory inside the data directory.
 const UPLOADS_DIR: &str = "uploads";
@@ -19,9 +27,7 @@ const UPLOADS_DIR: &str = "uploads";
 /// The spool directory (mode 0700).
 #[derive(Debug)]
 pub(crate) struct SpoolDir {
-    path: PathBuf,
-    /// Holds the directory made in the system temp directory; it goes when the app does.
-    _own: Option<tempfile::TempDir>,
+    place: Place,
     /// Bytes of the files now in the directory (claimed before they are written).
     in_use: AtomicU64,
 }
@@ -38,28 +44,38 @@ impl SpoolDir {
             Err(e) => return Err(e),
         }
         Ok(SpoolDir {
-            path,
-            _own: None,
+            place: Place::InDataDir(path),
             in_use: AtomicU64::new(0),
         })
     }
 
-    /// A fresh `concert-uploads-…` directory (0700) in the system temp directory, removed when
-    /// the value is dropped.
-    pub(crate) fn in_system_temp() -> io::Result<SpoolDir> {
-        let own = tempfile::Builder::new()
+    /// A fresh `concert-uploads-…` directory (0700) in the system temp directory, made when
+    /// first needed and removed when the value is dropped.
+    pub(crate) fn in_system_temp() -> SpoolDir {
+        SpoolDir {
+            place: Place::InSystemTemp(OnceLock::new()),
+            in_use: AtomicU64::new(0),
+        }
+    }
+
+    /// The directory, made now if it is the system temp one and not made yet.
+    pub(crate) fn path(&self) -> io::Result<&Path> {
+        let own = match &self.place {
+            Place::InDataDir(path) => return Ok(path),
+            Place::InSystemTemp(own) => own,
+        };
+        if let Some(made) = own.get() {
+            return Ok(made.path());
+        }
+        let made = tempfile::Builder::new()
             .prefix("concert-uploads-")
             .permissions(fs::Permissions::from_mode(0o700))
             .tempdir()?;
-        Ok(SpoolDir {
-            path: own.path().to_path_buf(),
-            _own: Some(own),
-            in_use: AtomicU64::new(0),
-        })
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+        // Two first bodies at once: one directory is kept, the other is removed as it drops.
+        let _ = own.set(made);
+        own.get()
+            .map(tempfile::TempDir::path)
+            .ok_or_else(|| io::Error::other("the upload directory was not kept"))
     }
 
     /// Bytes of the files now in the directory.
@@ -69,7 +85,7 @@ impl SpoolDir {
 
     /// A new nameless file (0600) in the directory. Blocking: call it off the async workers.
     pub(crate) fn new_file(&self) -> io::Result<File> {
-        let file = tempfile::tempfile_in(&self.path)?;
+        let file = tempfile::tempfile_in(self.path()?)?;
         // `O_TMPFILE` files take their mode from the umask; the directory already keeps
         // others out, and this keeps a file reopened through `/proc` private as well.
         file.set_permissions(fs::Permissions::from_mode(0o600))?;
@@ -128,22 +144,28 @@ mod tests {
     fn the_directory_is_private_and_its_files_have_no_name() {
         let data = tempfile::tempdir().unwrap();
         let spool = SpoolDir::in_data_dir(data.path()).unwrap();
-        let mode = fs::metadata(spool.path()).unwrap().permissions().mode();
+        let mode = fs::metadata(spool.path().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700);
         let file = spool.new_file().unwrap();
         assert_eq!(file.metadata().unwrap().permissions().mode() & 0o777, 0o600);
-        assert_eq!(fs::read_dir(spool.path()).unwrap().count(), 0);
+        assert_eq!(fs::read_dir(spool.path().unwrap()).unwrap().count(), 0);
 
         // Widened by hand: narrowed again on the next start.
-        fs::set_permissions(spool.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(spool.path().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
         let again = SpoolDir::in_data_dir(data.path()).unwrap();
-        let mode = fs::metadata(again.path()).unwrap().permissions().mode();
+        let mode = fs::metadata(again.path().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700);
     }
 
     #[test]
     fn claims_share_the_directory_limit_and_give_it_back_when_dropped() {
-        let spool = Arc::new(SpoolDir::in_system_temp().unwrap());
+        let spool = Arc::new(SpoolDir::in_system_temp());
         let mut first = SpoolClaim::new(&spool);
         let mut second = SpoolClaim::new(&spool);
         first.grow(600, 1_000).unwrap();
@@ -158,9 +180,11 @@ mod tests {
     }
 
     #[test]
-    fn a_temp_spool_goes_with_its_owner() {
-        let spool = SpoolDir::in_system_temp().unwrap();
-        let path = spool.path().to_path_buf();
+    fn a_temp_spool_is_made_when_first_needed_and_goes_with_its_owner() {
+        let spool = SpoolDir::in_system_temp();
+        assert!(matches!(&spool.place, Place::InSystemTemp(own) if own.get().is_none()));
+        let _file = spool.new_file().unwrap();
+        let path = spool.path().unwrap().to_path_buf();
         let mode = fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
         drop(spool);
