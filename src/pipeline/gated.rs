@@ -7,6 +7,7 @@
 
 use axum::body::Body;
 use axum::response::IntoResponse;
+use futures_util::FutureExt as _;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 
 use super::origin::forward;
@@ -127,14 +128,17 @@ fn is_form_method(method: &Method) -> bool {
 /// a grant bound to the pass. `status` is the pass as checked when the request arrived: a
 /// second signature check would cost as much again, and a pass valid on arrival is slid even
 /// if it ran out while its holder waited for the slot.
-async fn admitted<B: RequestBody + Unpin>(
-    app: &App,
-    generation: &Generation,
-    info: &RequestInfo,
+///
+/// Not an `async fn`: its future would keep `req` beside the proxy's future, which holds it
+/// again, and hyper moves every page's future a few times.
+fn admitted<'a, B: RequestBody + Unpin + 'a>(
+    app: &'a App,
+    generation: &'a Generation,
+    info: &'a RequestInfo,
     req: Request<ClientBody<B>>,
     hold: SlotHold,
     status: PassStatus,
-) -> Response<Body> {
+) -> impl Future<Output = Response<Body>> + 'a {
     let now = unix_now();
     charge_forged_pass(app, info, &status);
     let issued = app
@@ -144,14 +148,15 @@ async fn admitted<B: RequestBody + Unpin>(
         .cookie
         .as_deref()
         .map(|value| pass_cookie(generation, info, value));
-    let mut response = forward(app, generation, info, req, Some(hold)).await;
-    if let (Some(OriginPriority(value)), Some(id)) = (
-        response.extensions_mut().remove::<OriginPriority>(),
-        issued.id,
-    ) {
-        apply_grant(app, generation, info, &mut response, &value, &id, now);
-    }
-    with_cookie(response, cookie)
+    let id = issued.id;
+    forward(app, generation, info, req, Some(hold)).map(move |mut response| {
+        if let (Some(OriginPriority(value)), Some(id)) =
+            (response.extensions_mut().remove::<OriginPriority>(), id)
+        {
+            apply_grant(app, generation, info, &mut response, &value, &id, now);
+        }
+        with_cookie(response, cookie)
+    })
 }
 
 fn apply_grant(

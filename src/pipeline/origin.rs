@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use axum::body::Body;
+use futures_util::FutureExt as _;
 use http::{Request, Response};
 
 use super::request::RequestInfo;
@@ -13,13 +14,16 @@ use crate::sys::slots::SlotHold;
 use crate::wire::body::RequestBody;
 
 /// Hands a request to the origin. `hold` keeps a slot busy until the response is delivered.
-pub(super) async fn forward<B: RequestBody>(
-    app: &App,
-    generation: &Generation,
-    info: &RequestInfo,
+///
+/// Not an `async fn`: one would keep `req` in its own future beside the proxy's future, which
+/// holds it too, and every page's future would carry (and hyper move) the request twice.
+pub(super) fn forward<'a, B: RequestBody + 'a>(
+    app: &'a App,
+    generation: &'a Generation,
+    info: &'a RequestInfo,
     req: Request<B>,
     hold: Option<SlotHold>,
-) -> Response<Body> {
+) -> impl Future<Output = Response<Body>> + 'a {
     let peer_trusted = info
         .conn
         .peer
@@ -33,6 +37,10 @@ pub(super) async fn forward<B: RequestBody>(
         drain: &app.drain,
     };
     app.counters.proxied_total.fetch_add(1, Ordering::Relaxed);
-    let response = generation.proxy.forward(req, ctx, hold).await;
-    end_event_stream_on_drain(response, &app.drain)
+    // A combinator rather than an `async` block, which would hold the proxy's future twice:
+    // once as captured, once as awaited.
+    generation
+        .proxy
+        .forward(req, ctx, hold)
+        .map(|response| end_event_stream_on_drain(response, &app.drain))
 }

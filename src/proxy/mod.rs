@@ -27,10 +27,12 @@ mod tests;
 
 use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use futures_util::future::Either;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_rustls::{ConfigBuilderExt as _, HttpsConnectorBuilder};
@@ -224,12 +226,19 @@ impl Proxy {
     /// and for an upgraded connection until the tunnel closes. A failed exchange is counted by
     /// whose fault it was, logged, and answered: 502 for the origin's, 400 or 408 for the
     /// client's.
-    pub(crate) async fn forward<B: RequestBody>(
-        &self,
+    ///
+    /// Not an `async fn`: the future of one keeps its arguments for as long as it runs, beside
+    /// the future it awaits, which holds them again; every page's future would carry (and
+    /// hyper move) the request twice more.
+    pub(crate) fn forward<'a, B: RequestBody + 'a>(
+        &'a self,
         mut req: Request<B>,
-        ctx: ForwardContext<'_>,
+        ctx: ForwardContext<'a>,
         hold: Option<SlotHold>,
-    ) -> Response<Body> {
+    ) -> Either<
+        impl Future<Output = Response<Body>> + 'a,
+        Pin<Box<impl Future<Output = Response<Body>> + 'a>>,
+    > {
         let upgrade = headers::requested_upgrade(req.headers());
         let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
@@ -237,14 +246,21 @@ impl Proxy {
             && let Some(pool) = &self.direct
             && hyper::body::Body::is_end_stream(&body)
         {
-            return self.forward_direct(pool, parts, &ctx, hold).await;
+            return Either::Left(self.forward_direct(pool, parts, ctx, hold));
         }
         // Boxed: this path's future is several times the direct one's, and every request's
         // future would otherwise carry (and move) room for it. Only this path needs the body,
         // so only it pays for boxing it.
         let (body, progress) = body::ClientBody::watch(body);
         let body = (Body::new(body), progress);
-        Box::pin(self.forward_general(parts, body, upgrade, client_upgrade, ctx, hold)).await
+        Either::Right(Box::pin(self.forward_general(
+            parts,
+            body,
+            upgrade,
+            client_upgrade,
+            ctx,
+            hold,
+        )))
     }
 
     /// [`Proxy::forward`] through a pooled client: upgrades, requests with a body, `https`.
@@ -442,17 +458,17 @@ impl Proxy {
         &self,
         pool: &Arc<DirectPool>,
         parts: http::request::Parts,
-        ctx: &ForwardContext<'_>,
+        ctx: ForwardContext<'_>,
         hold: Option<SlotHold>,
     ) -> Response<Body> {
-        let facts = self.request_facts(ctx, &parts.uri, None);
+        let facts = self.request_facts(&ctx, &parts.uri, None);
         let method = parts.method;
         // The client's headers plus room for the few the proxy adds (Host, X-Forwarded-*).
         let header_bytes = direct::header_bytes(&parts.headers) + ADDED_HEADER_BYTES;
         let Some(mut head) =
             RequestHead::start(&method, &self.target, ctx.path_and_query, header_bytes)
         else {
-            return self.failed(&method, ctx, UpstreamFailure::Unforwardable);
+            return self.failed(&method, &ctx, UpstreamFailure::Unforwardable);
         };
         headers::rewrite_request_into(parts.headers, facts, &mut head);
         let head = head.finish();
@@ -470,7 +486,7 @@ impl Proxy {
         };
         let answer = match answered {
             Ok(answer) => answer,
-            Err(failure) => return self.failed(&method, ctx, failure),
+            Err(failure) => return self.failed(&method, &ctx, failure),
         };
         // The direct pool's answer comes without hop-by-hop headers already.
         let (mut head, body) = DirectBody::new(answer, pool, hold);

@@ -13,6 +13,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::IntoResponse;
 use futures_util::FutureExt;
+use futures_util::future::Either;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -92,22 +93,22 @@ pub(super) fn serve_connection(
         } else {
             activity.exchange_opened()
         };
-        async move {
-            let response = match refusal {
-                Some(refusal) => refused_framing(&app, &req, refusal),
-                None => {
-                    let connect = req.method() == http::Method::CONNECT;
-                    let response = handle_recovering(app, conn, req).await;
-                    // Before hyper writes it: the guard may stop once the connection leaves
-                    // HTTP/1, and a tunnel has no idle deadline.
-                    if watch.record_answer(connect, response.status()) {
-                        exchange.tunnel_opened();
-                    }
-                    response
-                }
-            };
+        // Combinators rather than an `async` block, which would keep the request in its own
+        // state beside the pipeline's future that holds it too.
+        let connect = req.method() == http::Method::CONNECT;
+        let refused = refusal.is_some();
+        let answer = match refusal {
+            Some(refusal) => Either::Left(std::future::ready(refused_framing(&app, &req, refusal))),
+            None => Either::Right(handle_recovering(app, conn, req)),
+        };
+        answer.map(move |response| {
+            // Before hyper writes it: the guard may stop once the connection leaves HTTP/1,
+            // and a tunnel has no idle deadline.
+            if !refused && watch.record_answer(connect, response.status()) {
+                exchange.tunnel_opened();
+            }
             Ok::<_, Infallible>(response.map(|body| Body::new(CountedBody::new(body, exchange))))
-        }
+        })
     });
     let builder = builder.clone();
     let connection = builder
