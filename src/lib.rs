@@ -19,6 +19,7 @@ pub mod endpoints;
 mod lifecycle;
 mod paths;
 mod pipeline;
+pub mod portal;
 mod proxy;
 mod respond;
 pub mod room;

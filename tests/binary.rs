@@ -151,6 +151,8 @@ fn settings_of_missing_parts_and_a_short_admin_token_are_warned_about() {
             "-data-dir=",
             "-fastlane-config",
             "/nonexistent/fastlane.json",
+            "-portal-listen",
+            "127.0.0.1:0",
         ],
         &[
             ("CONCERT_PORTAL_PASS", "0123456789abcdef0123"),
@@ -158,7 +160,7 @@ fn settings_of_missing_parts_and_a_short_admin_token_are_warned_about() {
         ],
     );
     assert!(
-        err.contains("-fastlane-config is set") && err.contains("no admin portal"),
+        err.contains("-fastlane-config is set") && err.contains("admin portal listening"),
         "{err}"
     );
     assert!(err.contains("CONCERT_ADMIN_TOKEN is only 7 bytes"), "{err}");

@@ -20,8 +20,11 @@ pub(crate) const ADMIT: &str = "concert_admit";
 pub(crate) const PRIORITY: &str = "concert_priority";
 /// The fast lane's session.
 pub(crate) const FASTLANE: &str = "concert_fastlane";
+/// The admin portal's session. Browsers do not tell cookies apart by port, so when the portal
+/// and the site share a host name this one would reach the origin too.
+pub(crate) const PORTAL: &str = "concert_portal";
 /// Concert's own cookies: they are never passed on to the origin.
-pub(crate) const PRIVATE: [&str; 6] = [TICKET, ROOM_PASS, PROBE, ADMIT, PRIORITY, FASTLANE];
+pub(crate) const PRIVATE: [&str; 7] = [TICKET, ROOM_PASS, PROBE, ADMIT, PRIORITY, FASTLANE, PORTAL];
 
 /// Value of the first cookie called `name` across all `Cookie` headers, borrowed from the request.
 ///

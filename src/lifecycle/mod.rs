@@ -12,6 +12,7 @@ use crate::admission::assets;
 use crate::app::{App, BuildError};
 use crate::config::{self, Config};
 use crate::demo;
+use crate::portal;
 use crate::server;
 use crate::store;
 use crate::sys::systemd;
@@ -26,6 +27,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// A running Concert: its bound address and the handle that stops it.
 pub struct Running {
     pub addr: SocketAddr,
+    /// The admin portal's address, when it listens.
+    pub portal_addr: Option<SocketAddr>,
     pub app: Arc<App>,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), server::ServeError>>,
@@ -103,6 +106,16 @@ pub async fn start_on_workers(
             source: e,
         })
     })?;
+    // Bound before anything is restored, like the main listener: a portal address in use stops
+    // the start with its name.
+    let portal_listener = if config.portal_listens() {
+        let listener = server::bind(&config.portal_listen)
+            .await
+            .map_err(|e| StartError::Serve(e.named("-portal-listen")))?;
+        Some(listener)
+    } else {
+        None
+    };
     let app = App::with_data_dir(config, baseline, data_dir.clone()).map_err(StartError::Build)?;
     warn_if_metrics_path_is_routed(&app.generation());
     let mut background = Vec::new();
@@ -155,6 +168,27 @@ pub async fn start_on_workers(
         })
     });
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let mut portal_addr = None;
+    let portal_task = match (portal::Portal::new(app.clone()), portal_listener) {
+        (Some(portal), Some(listener)) => {
+            background.extend(portal.spawn_tasks());
+            portal_addr = listener.local_addr().ok();
+            if let Some(addr) = portal_addr {
+                tracing::info!(%addr, "admin portal listening");
+            }
+            let mut stopped = stopped.clone();
+            Some(tokio::spawn(server::serve_router(
+                listener,
+                portal::router(portal),
+                server::SIDE_LIMITS,
+                async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                },
+                PORTAL_GRACE,
+            )))
+        }
+        _ => None,
+    };
     let serving = app.clone();
     let task = tokio::spawn(async move {
         let result = server::serve_workers(
@@ -166,6 +200,9 @@ pub async fn start_on_workers(
             workers,
         )
         .await;
+        if let Some(portal) = portal_task {
+            let _ = portal.await;
+        }
         // Writers finish the save they are in; the rest hold no files and are cut short. Both
         // are awaited, so nothing holding the data directory outlives the stop.
         stop_writers.cancel();
@@ -183,11 +220,15 @@ pub async fn start_on_workers(
     });
     Ok(Running {
         addr,
+        portal_addr,
         app,
         stop,
         task,
     })
 }
+
+/// How long the portal's open requests get to finish at stop.
+const PORTAL_GRACE: Duration = Duration::from_secs(5);
 
 /// How often the waiting line is snapshotted while it changes (crash safety).
 pub const QUEUE_SNAPSHOT_EVERY: Duration = Duration::from_secs(5);

@@ -9,13 +9,9 @@ use crate::store;
 use super::{StartError, VERSION};
 
 /// Settings of parts this version does not have yet (HTTPS with automatic certificates, the
-/// admin portal and its history, the fast lane): they are parsed and checked so an existing
-/// configuration loads, but they do nothing, and an operator who set one must hear so.
+/// request history, the fast lane): they are parsed and checked so an existing configuration
+/// loads, but they do nothing, and an operator who set one must hear so.
 const UNAVAILABLE_PARTS: &[(&str, &str)] = &[
-    ("portal_listen", "the admin portal"),
-    ("portal_allow", "the admin portal"),
-    ("portal_session_ttl", "the admin portal"),
-    ("portal_secure_cookie", "the admin portal"),
     ("history_log", "the request history"),
     ("fastlane_config", "the fast lane"),
     ("networks_config", "the fast lane's payments"),
@@ -54,9 +50,9 @@ pub(super) fn warn_unavailable_parts(config: &Config) {
             config.admin_token.len()
         );
     }
-    if config.portal_listens() {
-        tracing::warn!(
-            "CONCERT_PORTAL_PASS is set, but this version has no admin portal yet: nothing listens on {}; use /_room/stats, /metrics and POST /_room/cap",
+    if config.portal_pass.is_empty() && !config.portal_listen.is_empty() {
+        tracing::info!(
+            "portal disabled: set CONCERT_PORTAL_PASS to enable it on {}",
             config.portal_listen
         );
     }

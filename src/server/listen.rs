@@ -12,8 +12,24 @@ pub enum ServeError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("{flag} {addr}: {source}")]
+    SideListen {
+        flag: &'static str,
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("server task failed: {0}")]
     Task(String),
+}
+
+impl ServeError {
+    /// The same failure, said of the listener `flag` sets (the main one is `listen`).
+    pub(crate) fn named(self, flag: &'static str) -> ServeError {
+        match self {
+            ServeError::Listen { addr, source } => ServeError::SideListen { flag, addr, source },
+            other => other,
+        }
+    }
 }
 
 /// Parses a listen address the way Go does: `:8080` means every interface, `host:port` a host.

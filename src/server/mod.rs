@@ -7,6 +7,7 @@ mod connection;
 mod deadline;
 mod listen;
 mod send_limit;
+mod side;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use connection::{connection_builder, serve_connection};
 
 pub(crate) use listen::ServeError;
 pub(crate) use listen::bind;
+pub(crate) use side::{SIDE_LIMITS, SideConn, serve_router};
 
 /// How long in-flight requests get to finish on shutdown.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);

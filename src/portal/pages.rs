@@ -1,0 +1,149 @@
+//! The portal's two pages, rendered from the templates in `templates/portal/`: the sign-in
+//! page and the dashboard, whose tabs fetch their contents from the API.
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use http::{Response, StatusCode};
+
+use super::{Portal, respond};
+use crate::lifecycle::VERSION;
+
+#[derive(Template)]
+#[template(path = "portal/signin.html")]
+struct SignInPage<'a> {
+    version: &'a str,
+    problem: Option<&'a str>,
+}
+
+#[derive(Template)]
+#[template(path = "portal/dashboard.html")]
+struct Dashboard<'a> {
+    version: &'a str,
+    csrf: &'a str,
+    upstream: &'a str,
+    lists: &'a [StatList],
+}
+
+/// One of the Overview's lists: a title and the figures it shows (key, label).
+struct StatList {
+    title: &'static str,
+    rows: &'static [(&'static str, &'static str)],
+}
+
+static OVERVIEW_LISTS: &[StatList] = &[
+    StatList {
+        title: "Waiting room",
+        rows: &[
+            ("queue_depth", "Tickets in line"),
+            ("live_queue_depth", "Waiting now"),
+            ("utilization", "Utilisation"),
+            ("first_poll_grace", "First poll grace"),
+            ("queued_total", "Queued"),
+            ("admitted_total", "Admitted"),
+            ("evicted_total", "Evicted"),
+            ("timeouts_total", "Timed out"),
+            ("promoted_total", "Moved up"),
+            ("removed_total", "Removed"),
+            ("address_full_total", "Refused: address holds too many"),
+        ],
+    },
+    StatList {
+        title: "Assets and streams",
+        rows: &[
+            ("asset_users", "Asset users"),
+            ("asset_served_total", "Assets served"),
+            ("asset_denied_total", "Assets denied"),
+            ("asset_user_throttled_total", "Throttled per visitor"),
+            ("asset_global_throttled_total", "Throttled overall"),
+            ("stream_active", "Streams open"),
+            ("stream_cap", "Stream cap"),
+            ("stream_served_total", "Streams served"),
+            ("stream_denied_total", "Streams denied"),
+            ("stream_throttled_total", "Streams throttled"),
+        ],
+    },
+    StatList {
+        title: "Abuse registry",
+        rows: &[
+            ("abuse_enabled", "On"),
+            ("abuse_tracked", "Clients tracked"),
+            ("abuse_range_bans", "Range bans"),
+            ("abuse_strikes_total", "Strikes"),
+            ("abuse_bans_total", "Bans issued"),
+            ("abuse_rejected_total", "Requests refused"),
+            ("abuse_dropped_total", "Clients dropped (table full)"),
+        ],
+    },
+    StatList {
+        title: "Priority lane",
+        rows: &[
+            ("priority_lane_ranks", "Ranks"),
+            ("priority_lane_in_flight", "In flight"),
+            ("priority_lane_cap", "Cap"),
+            ("priority_lane_waiting", "Waiting"),
+            ("priority_lane_served_total", "Served"),
+            ("priority_lane_full_total", "Full"),
+            ("priority_placed_total", "Placed ahead in line"),
+        ],
+    },
+    StatList {
+        title: "Grants and forms",
+        rows: &[
+            ("priority_grants_total", "Grants"),
+            ("priority_grants_cleared_total", "Cleared"),
+            ("priority_grants_rejected_total", "Rejected"),
+            ("priority_forms_total", "Form submissions"),
+            ("priority_forms_refused_total", "Forms refused"),
+            ("priority_forms_over_budget_total", "Forms over budget"),
+        ],
+    },
+    StatList {
+        title: "Page requests by rank",
+        rows: &[
+            ("priority_requests_staff", "Staff"),
+            ("priority_requests_checkout", "Checkout"),
+            ("priority_requests_subscriber", "Subscriber"),
+            ("priority_requests_customer", "Customer"),
+            ("priority_requests_prospect", "Prospect"),
+            ("priority_requests_member", "Member"),
+            ("priority_requests_guest", "Guest"),
+        ],
+    },
+];
+
+fn rendered(status: StatusCode, page: Result<String, askama::Error>) -> Response<Body> {
+    match page {
+        Ok(page) => respond::html(status, page),
+        Err(e) => {
+            tracing::error!("portal: cannot render a page: {e}");
+            respond::text(StatusCode::INTERNAL_SERVER_ERROR, "cannot render the page")
+        }
+    }
+}
+
+/// The sign-in page, with what went wrong last time if anything did.
+pub(super) fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response<Body> {
+    let page = SignInPage {
+        version: VERSION,
+        problem,
+    };
+    rendered(status, page.render())
+}
+
+/// `GET /`: the dashboard with a session, the sign-in page without.
+pub(super) async fn index(State(portal): State<Arc<Portal>>, request: Request) -> Response<Body> {
+    let Some((_, session)) = portal.session(&request) else {
+        return sign_in_page(StatusCode::OK, None);
+    };
+    let upstream = portal.app.generation().config.upstream_public();
+    let page = Dashboard {
+        version: VERSION,
+        csrf: &session.csrf,
+        upstream: &upstream,
+        lists: OVERVIEW_LISTS,
+    };
+    rendered(StatusCode::OK, page.render())
+}

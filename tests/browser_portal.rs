@@ -1,0 +1,135 @@
+//! The admin portal in a real browser: sign in through the form, watch the Overview fill in
+//! and draw its charts under the portal's self-only content policy, switch the theme, sign
+//! out. A screenshot of each view is left in the build's temp directory.
+
+#[path = "support/browser.rs"]
+mod browser;
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use browser::Browser;
+use support::*;
+
+const PASS: &str = "a portal pass for the browser";
+
+fn artefact(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("portal-screens");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
+    let origin = origins::fast_origin();
+    let concert = concert_with_env(
+        &[
+            "-upstream",
+            &origin.url(),
+            "-cap",
+            "4",
+            "-portal-listen",
+            "127.0.0.1:0",
+        ],
+        &[("CONCERT_PORTAL_PASS", PASS)],
+    )
+    .await;
+    let base = format!(
+        "http://{}",
+        concert.portal_addr.expect("the portal listens")
+    );
+
+    let browser = Browser::launch().await.expect("headless Chromium");
+    let page = browser.new_page().await.unwrap();
+    page.set_viewport(1280, 900, false).await.unwrap();
+    page.goto(&format!("{base}/")).await.unwrap();
+    page.wait_for(
+        "document.title === 'Sign in · Concert'",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    page.screenshot(artefact("sign-in.png")).await.unwrap();
+
+    page.eval(&format!(
+        "document.getElementById('pass').value = {PASS:?}; document.querySelector('form').submit(); true"
+    ))
+    .await
+    .unwrap();
+    page.wait_for(
+        "document.title === 'Dashboard · Concert'",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let cookies = page.cookies().await.unwrap();
+    let session = cookies
+        .iter()
+        .find(|c| c.name == "concert_portal")
+        .expect("a portal session");
+    assert!(session.http_only, "scripts cannot read the session");
+
+    // The figures come from the API; the charts are drawn by the vendored chart library.
+    let cap = page
+        .wait_for(
+            "(() => { const e = document.querySelector('[data-stat=\"cap\"]'); return e && e.textContent === '4' && e.textContent; })()",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cap, "4");
+    page.wait_for(
+        "document.querySelectorAll('.uplot canvas').length >= 3",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    page.screenshot(artefact("overview-dark.png"))
+        .await
+        .unwrap();
+
+    page.eval("document.getElementById('theme-toggle').click(); true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.documentElement.getAttribute('data-bs-theme') === 'light' && localStorage.getItem('concert.portal.theme') === 'light'",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    page.screenshot(artefact("overview-light.png"))
+        .await
+        .unwrap();
+
+    // Phone width: nothing overflows sideways.
+    page.set_viewport(390, 844, true).await.unwrap();
+    let overflow = page
+        .eval("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        .await
+        .unwrap();
+    assert_eq!(overflow, serde_json::Value::Bool(true));
+    page.screenshot(artefact("overview-phone.png"))
+        .await
+        .unwrap();
+
+    page.eval("document.querySelector('form[action=\"/logout\"]').submit(); true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.title === 'Sign in · Concert'",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert!(page.problems().is_empty(), "{:?}", page.problems());
+
+    // The session the browser had is gone on the server, not only from the browser.
+    let answer = plain_client()
+        .get(format!("{base}/api/overview"))
+        .header("Cookie", format!("concert_portal={}", session.value))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::UNAUTHORIZED);
+}

@@ -1,0 +1,509 @@
+//! The admin portal on its own listener: who may reach it, signing in and out, the lockout,
+//! the CSRF rule, its files, and the Overview's API. Real sockets throughout.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, RETRY_AFTER, SET_COOKIE};
+use support::origins::echo_origin;
+use support::{concert_with_env, cookie_client, plain_client};
+
+const PASS: &str = "a portal pass of some length";
+
+struct PortalUnderTest {
+    running: concert::Running,
+    base: String,
+}
+
+async fn portal(args: &[&str]) -> PortalUnderTest {
+    let mut argv = vec!["-portal-listen", "127.0.0.1:0"];
+    argv.extend_from_slice(args);
+    let running = concert_with_env(&argv, &[("CONCERT_PORTAL_PASS", PASS)]).await;
+    let addr = running.portal_addr.expect("the portal listens");
+    PortalUnderTest {
+        running,
+        base: format!("http://{addr}"),
+    }
+}
+
+impl PortalUnderTest {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Signs `client` in and returns the session cookie's value and the page's CSRF token.
+    async fn sign_in(&self, client: &reqwest::Client) -> (String, String) {
+        let answer = client
+            .post(self.url("/login"))
+            .form_body(&[("pass", PASS)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::SEE_OTHER);
+        let cookie = session_cookie(&answer).expect("a session cookie");
+        let page = client
+            .get(self.url("/"))
+            .header("Cookie", format!("concert_portal={cookie}"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        (
+            cookie,
+            csrf_of(&page).expect("a CSRF token on the dashboard"),
+        )
+    }
+}
+
+/// `reqwest` here is built without its form support; this is all of it the tests need.
+trait FormBody {
+    fn form_body(self, pairs: &[(&str, &str)]) -> Self;
+}
+
+impl FormBody for reqwest::RequestBuilder {
+    fn form_body(self, pairs: &[(&str, &str)]) -> Self {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(pairs)
+            .finish();
+        self.header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+    }
+}
+
+fn session_cookie(answer: &reqwest::Response) -> Option<String> {
+    answer
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .find_map(|line| line.strip_prefix("concert_portal="))
+        .and_then(|rest| rest.split(';').next())
+        .map(str::to_owned)
+}
+
+fn csrf_of(page: &str) -> Option<String> {
+    let at = page.find(r#"<meta name="csrf-token" content=""#)?;
+    let rest = &page[at + r#"<meta name="csrf-token" content=""#.len()..];
+    Some(rest[..rest.find('"')?].to_owned())
+}
+
+fn asset_links(page: &str) -> Vec<String> {
+    page.match_indices("/assets/")
+        .filter_map(|(at, _)| {
+            let rest = &page[at..];
+            rest.find('"').map(|end| rest[..end].to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn without_a_pass_there_is_no_portal_and_the_site_is_unchanged() {
+    let origin = echo_origin();
+    let running = concert_with_env(
+        &["-upstream", &origin.url(), "-portal-listen", "127.0.0.1:0"],
+        &[],
+    )
+    .await;
+    assert!(running.portal_addr.is_none());
+    let answer = plain_client()
+        .get(support::url(&running, "/hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+}
+
+/// The start-up error for `args` with `pass` as the portal pass.
+async fn start_error(args: &[&str], pass: &str) -> String {
+    let mut argv: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    argv.push("-data-dir=".into());
+    let env =
+        std::collections::HashMap::from([("CONCERT_PORTAL_PASS".to_string(), pass.to_string())]);
+    let config = match concert::config::load(&argv, &env) {
+        Ok(concert::config::Loaded::Run(config)) => *config,
+        Ok(_) => return "not runnable".into(),
+        Err(e) => return e.to_string(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    match concert::start(config, Some(listener)).await {
+        Ok(_) => "started".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn a_pass_too_short_or_a_bad_allow_list_stops_the_start() {
+    let refused = start_error(&["-portal-listen", "127.0.0.1:0"], "short").await;
+    assert!(refused.contains("CONCERT_PORTAL_PASS"), "{refused}");
+    for bad in [
+        ["-portal-allow", "nope"],
+        ["-portal-allow", ""],
+        ["-portal-session-ttl", "1m"],
+    ] {
+        let args = ["-portal-listen", "127.0.0.1:0", bad[0], bad[1]];
+        let refused = start_error(&args, PASS).await;
+        assert!(refused.contains(bad[0]), "{bad:?}: {refused}");
+    }
+    // A busy portal address stops the start too, naming the flag.
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let refused = start_error(&["-portal-listen", &addr], PASS).await;
+    assert!(refused.contains("-portal-listen"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_peer_outside_the_allow_list_gets_a_bare_403_everywhere() {
+    let portal = portal(&["-portal-allow", "10.0.0.0/8"]).await;
+    let client = plain_client();
+    for path in [
+        "/",
+        "/assets/css/portal-light.css",
+        "/api/overview",
+        "/no-such-page",
+    ] {
+        let answer = client.get(portal.url(path)).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN, "{path}");
+        assert_eq!(answer.text().await.unwrap(), "forbidden", "{path}");
+    }
+    // Forwarded headers mean nothing: only the socket peer counts.
+    let answer = client
+        .get(portal.url("/"))
+        .header("X-Forwarded-For", "10.1.2.3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn signing_in_opens_a_session_with_a_csrf_token_and_every_linked_file_loads() {
+    let portal = portal(&[]).await;
+    let client = plain_client();
+    let signed_out = client.get(portal.url("/")).send().await.unwrap();
+    assert_eq!(signed_out.status(), StatusCode::OK);
+    let policy = signed_out.headers()[CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(policy.contains("script-src 'self'"), "{policy}");
+    assert_eq!(signed_out.headers()["cache-control"], "no-store");
+    assert_eq!(signed_out.headers()["x-frame-options"], "DENY");
+    let sign_in_page = signed_out.text().await.unwrap();
+    assert!(sign_in_page.contains(r#"name="pass""#));
+    assert!(sign_in_page.contains("<title>Sign in · Concert</title>"));
+    // No inline script or style: the policy would block them.
+    assert!(!sign_in_page.contains("<script>") && !sign_in_page.contains("style="));
+
+    let wrong = client
+        .post(portal.url("/login"))
+        .form_body(&[("pass", "not the pass at all")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        wrong
+            .text()
+            .await
+            .unwrap()
+            .contains("That portal pass is not correct.")
+    );
+
+    let right = client
+        .post(portal.url("/login"))
+        .form_body(&[("pass", PASS)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), StatusCode::SEE_OTHER);
+    assert_eq!(right.headers()["location"], "/");
+    let line = right.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(line.starts_with("concert_portal="), "{line}");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=28800"] {
+        assert!(line.contains(attribute), "{attribute} missing: {line}");
+    }
+    assert!(!line.contains("Secure"), "{line}");
+
+    let (cookie, csrf) = portal.sign_in(&client).await;
+    assert_eq!(csrf.len(), 32);
+    assert!(csrf.bytes().all(|b| b.is_ascii_hexdigit()));
+    let dashboard = client
+        .get(portal.url("/"))
+        .header("Cookie", format!("concert_portal={cookie}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(dashboard.contains("<title>Dashboard · Concert</title>"));
+    assert!(!dashboard.contains("<script>") && !dashboard.contains("style="));
+    for page in [&sign_in_page, &dashboard] {
+        let links = asset_links(page);
+        assert!(links.len() >= 6, "{links:?}");
+        for link in links {
+            let answer = client.get(portal.url(&link)).send().await.unwrap();
+            assert_eq!(answer.status(), StatusCode::OK, "{link}");
+            assert_eq!(answer.headers()["cache-control"], "private, max-age=300");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_secure_cookie_is_marked_secure_when_asked() {
+    let portal = portal(&["-portal-secure-cookie"]).await;
+    let right = plain_client()
+        .post(portal.url("/login"))
+        .form_body(&[("pass", PASS)])
+        .send()
+        .await
+        .unwrap();
+    let line = right.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(line.contains("; Secure"), "{line}");
+}
+
+#[tokio::test]
+async fn five_wrong_passes_lock_the_sign_in_even_for_the_right_pass() {
+    let portal = portal(&[]).await;
+    let client = plain_client();
+    for _ in 0..5 {
+        let wrong = client
+            .post(portal.url("/login"))
+            .form_body(&[("pass", "guess")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    }
+    let locked = client
+        .post(portal.url("/login"))
+        .form_body(&[("pass", PASS)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = locked.headers()[RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((890..=901).contains(&retry), "{retry}");
+    assert!(session_cookie(&locked).is_none());
+    assert!(
+        locked
+            .text()
+            .await
+            .unwrap()
+            .contains("Too many failed attempts. Try again in")
+    );
+}
+
+#[tokio::test]
+async fn the_api_wants_a_real_session_and_sign_out_revokes_it() {
+    let portal = portal(&[]).await;
+    let client = plain_client();
+    let overview = portal.url("/api/overview");
+    let anonymous = client.get(&overview).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        anonymous.json::<serde_json::Value>().await.unwrap()["error"],
+        "sign in required"
+    );
+
+    let (cookie, csrf) = portal.sign_in(&client).await;
+    let with = |value: &str| {
+        client
+            .get(&overview)
+            .header("Cookie", format!("concert_portal={value}"))
+            .send()
+    };
+    let answer = with(&cookie).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(answer.headers()[CONTENT_TYPE], "application/json");
+    // One character changed anywhere in the cookie opens nothing.
+    for at in [0, 16, 24, cookie.len() - 1] {
+        let mut altered = cookie.clone().into_bytes();
+        altered[at] = if altered[at] == b'A' { b'B' } else { b'A' };
+        let altered = String::from_utf8(altered).unwrap();
+        assert_eq!(
+            with(&altered).await.unwrap().status(),
+            StatusCode::UNAUTHORIZED,
+            "{at}"
+        );
+    }
+
+    // Signing out needs the session's token in the form.
+    let without_token = client
+        .post(portal.url("/logout"))
+        .header("Cookie", format!("concert_portal={cookie}"))
+        .form_body(&[("csrf", "0000")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(without_token.status(), StatusCode::FORBIDDEN);
+    assert_eq!(with(&cookie).await.unwrap().status(), StatusCode::OK);
+
+    let signed_out = client
+        .post(portal.url("/logout"))
+        .header("Cookie", format!("concert_portal={cookie}"))
+        .form_body(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
+    assert!(
+        signed_out.headers()[SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    // The old cookie, kept by someone, opens nothing any more.
+    assert_eq!(
+        with(&cookie).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn changes_through_the_api_need_the_csrf_token() {
+    let portal = portal(&[]).await;
+    let client = plain_client();
+    let (cookie, csrf) = portal.sign_in(&client).await;
+    for token in [None, Some("0000"), Some("0123456789abcdef0123456789abcdef")] {
+        let mut request = client
+            .post(portal.url("/api/overview"))
+            .header("Cookie", format!("concert_portal={cookie}"));
+        if let Some(token) = token {
+            request = request.header("X-CSRF-Token", token);
+        }
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN, "{token:?}");
+        assert_eq!(
+            answer.json::<serde_json::Value>().await.unwrap()["error"],
+            "missing or invalid CSRF token; reload the page"
+        );
+    }
+    // With the token the request passes the gate (and the route answers it: GET only).
+    let answer = client
+        .post(portal.url("/api/overview"))
+        .header("Cookie", format!("concert_portal={cookie}"))
+        .header("X-CSRF-Token", &csrf)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn only_the_portals_own_files_are_served_under_assets() {
+    let portal = portal(&[]).await;
+    let client = plain_client();
+    let css = client
+        .get(portal.url("/assets/css/portal-light.css"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(css.status(), StatusCode::OK);
+    assert!(
+        css.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
+    let font = client
+        .get(portal.url("/assets/lib/css/fonts/bootstrap-icons.woff2"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(font.headers()[CONTENT_TYPE], "font/woff2");
+    for path in [
+        "/assets/index.tpl",
+        "/assets/header.tpl",
+        "/assets/css/../index.tpl",
+        "/assets/css/%2e%2e/portal/dashboard.html",
+        "/assets/js/nope.js",
+        "/assets/../Cargo.toml",
+    ] {
+        let answer = client.get(portal.url(path)).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn the_overview_reports_the_rooms_figures() {
+    let portal = portal(&["-cap", "4"]).await;
+    let client = plain_client();
+    let (cookie, _) = portal.sign_in(&client).await;
+    let overview: serde_json::Value = client
+        .get(portal.url("/api/overview"))
+        .header("Cookie", format!("concert_portal={cookie}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for key in [
+        "cap",
+        "occupancy",
+        "live_queue_depth",
+        "asset_cap",
+        "asset_in_flight",
+        "active_bans",
+        "removed_total",
+        "stream_cap",
+        "stream_active",
+        "first_poll_grace",
+        "rate",
+        "surge",
+        "abuse_enabled",
+        "priority_requests_guest",
+    ] {
+        assert!(overview.get(key).is_some(), "{key} missing: {overview}");
+    }
+    assert_eq!(overview["cap"], 4);
+    let series: serde_json::Value = client
+        .get(portal.url("/api/series"))
+        .header("Cookie", format!("concert_portal={cookie}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(series["interval"], 5);
+    assert!(series["samples"].is_array());
+}
+
+#[tokio::test]
+async fn the_portal_cookie_never_reaches_the_origin() {
+    let origin = echo_origin();
+    let portal = portal(&["-upstream", &origin.url()]).await;
+    let seen: serde_json::Value = cookie_client()
+        .get(support::url(&portal.running, "/page"))
+        .header("Cookie", "concert_portal=secret; theme=dark")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cookies = seen["headers"]["cookie"].to_string();
+    assert!(!cookies.contains("concert_portal"), "{cookies}");
+    assert!(cookies.contains("theme=dark"), "{cookies}");
+}
+
+#[tokio::test]
+async fn the_portal_stops_with_the_main_listener() {
+    let portal = portal(&[]).await;
+    let addr = portal.running.portal_addr.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), portal.running.shutdown())
+        .await
+        .expect("stops in time")
+        .unwrap();
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
