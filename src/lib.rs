@@ -16,6 +16,7 @@ mod app;
 pub mod config;
 mod demo;
 pub mod endpoints;
+pub mod ipinfo;
 mod lifecycle;
 mod paths;
 mod pipeline;
