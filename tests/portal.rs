@@ -507,3 +507,59 @@ async fn the_portal_stops_with_the_main_listener() {
         .unwrap();
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn the_dashboard_names_where_ip_details_come_from() {
+    let portal_without = portal(&[]).await;
+    let client = plain_client();
+    let (cookie, _) = portal_without.sign_in(&client).await;
+    let page = client
+        .get(portal_without.url("/"))
+        .header("Cookie", format!("concert_portal={cookie}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("IP details: off"), "{page}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ip2asn-combined.tsv");
+    std::fs::write(
+        &file,
+        "45.138.12.0\t45.138.12.255\t218785\tLT\tUAB Cherry Servers\n",
+    )
+    .unwrap();
+    let running = concert_with_env(
+        &["-portal-listen", "127.0.0.1:0"],
+        &[
+            ("CONCERT_PORTAL_PASS", PASS),
+            ("NADDR_DATA", file.to_str().unwrap()),
+        ],
+    )
+    .await;
+    let with_file = PortalUnderTest {
+        base: format!("http://{}", running.portal_addr.unwrap()),
+        running,
+    };
+    let (cookie, _) = with_file.sign_in(&client).await;
+    // The file is loaded off the async workers, shortly after the start.
+    let mut page = String::new();
+    for _ in 0..50 {
+        page = client
+            .get(with_file.url("/"))
+            .header("Cookie", format!("concert_portal={cookie}"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if page.contains("ip2asn-combined.tsv (1 IPv4") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(page.contains("ip2asn-combined.tsv (1 IPv4"), "{page}");
+}

@@ -219,6 +219,9 @@ pub struct Config {
     pub admit_secret_previous: Option<Vec<u8>>,
     /// `CONCERT_PORTAL_PASS`; empty means no portal and no history.
     pub portal_pass: String,
+    /// Where the portal's IP details come from: `NADDR_DATA`, `NADDR_DATA_POLL` and
+    /// `NADDR_ADDR`, as set in the environment (read by [`crate::ipinfo`]).
+    pub ip_details_env: Vec<(String, String)>,
     /// `-demo`: run a built-in demo origin.
     pub demo: bool,
     pub log_format: LogFormat,
@@ -329,6 +332,7 @@ impl Default for Config {
             admit_secret_generated: false,
             admit_secret_previous: None,
             portal_pass: String::new(),
+            ip_details_env: Vec::new(),
             demo: false,
             log_format: LogFormat::Text,
             workers: 0,
@@ -706,6 +710,10 @@ fn load_secrets(config: &mut Config, env: &dyn EnvSource) {
     config.admit_secret_previous =
         env_value(env, "CONCERT_ADMIT_SECRET_PREVIOUS").map(String::into_bytes);
     config.portal_pass = env_value(env, "CONCERT_PORTAL_PASS").unwrap_or_default();
+    config.ip_details_env = ["NADDR_DATA", "NADDR_DATA_POLL", "NADDR_ADDR"]
+        .into_iter()
+        .filter_map(|key| Some((key.to_owned(), env_value(env, key)?)))
+        .collect();
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use http::{HeaderValue, Method, Response, StatusCode, header};
 
 use crate::admission::cookies::{PORTAL, read_cookie};
 use crate::app::App;
+use crate::ipinfo::IpInfo;
 use crate::server::SideConn;
 use crate::wire::intake::{IntakeLimits, collect};
 
@@ -43,19 +44,29 @@ pub struct Portal {
     app: Arc<App>,
     auth: Auth,
     samples: Arc<api::Samples>,
+    /// Country, network and ASN beside client addresses.
+    ip_details: Arc<IpInfo>,
 }
 
 impl Portal {
     /// The portal for `app`, when `CONCERT_PORTAL_PASS` is set.
     pub fn new(app: Arc<App>) -> Option<Arc<Portal>> {
-        let pass = app.generation().config.portal_pass.clone();
-        if pass.is_empty() {
+        let generation = app.generation();
+        let config = &generation.config;
+        if config.portal_pass.is_empty() {
             return None;
         }
+        let env = &config.ip_details_env;
+        let ip_details = IpInfo::from_env(&|key| {
+            env.iter()
+                .find(|(name, _)| name == key)
+                .map(|(_, value)| value.clone())
+        });
         Some(Arc::new(Portal {
-            app,
-            auth: Auth::new(&pass),
+            auth: Auth::new(&config.portal_pass),
             samples: Arc::default(),
+            ip_details,
+            app,
         }))
     }
 

@@ -24,6 +24,7 @@ struct Dashboard<'a> {
     version: &'a str,
     csrf: &'a str,
     upstream: &'a str,
+    ip_source: &'a str,
     lists: &'a [StatList],
 }
 
@@ -139,10 +140,12 @@ pub(super) async fn index(State(portal): State<Arc<Portal>>, request: Request) -
         return sign_in_page(StatusCode::OK, None);
     };
     let upstream = portal.app.generation().config.upstream_public();
+    let ip_source = portal.ip_details.describe();
     let page = Dashboard {
         version: VERSION,
         csrf: &session.csrf,
         upstream: &upstream,
+        ip_source: &ip_source,
         lists: OVERVIEW_LISTS,
     };
     rendered(StatusCode::OK, page.render())
