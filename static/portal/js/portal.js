@@ -32,18 +32,95 @@
 
   var csrfMeta = document.querySelector('meta[name="csrf-token"]');
   if (!csrfMeta) return; // the sign-in page
+  var csrfToken = csrfMeta.getAttribute("content");
+
+  // A 401 means the session ended (signed out elsewhere, expired): show the sign-in page.
+  function checked(response) {
+    if (response.status === 401) {
+      window.location.reload();
+      throw new Error("signed out");
+    }
+    return response;
+  }
 
   function getJSON(url) {
     return fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(checked)
       .then(function (response) {
-        if (response.status === 401) {
-          window.location.reload();
-          throw new Error("signed out");
-        }
         if (!response.ok) throw new Error(url + ": " + response.status);
         return response.json();
       });
   }
+
+  // Sends a change; resolves to {ok, status, body} so callers can show the server's problems.
+  function sendJSON(method, url, body) {
+    var options = {
+      method: method,
+      credentials: "same-origin",
+      headers: { "Accept": "application/json", "X-CSRF-Token": csrfToken }
+    };
+    if (body !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(body);
+    }
+    return fetch(url, options).then(checked).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (parsed) {
+        return { ok: response.ok, status: response.status, body: parsed };
+      });
+    });
+  }
+
+  // Tabs: each panel [data-tab-panel] has a button [data-tab]; the open one is in the URL's
+  // hash, so a reload keeps it. Scripts of other tabs register with ConcertPortal.tab().
+  var tabs = {};
+  var activeTab = "overview";
+
+  function showTab(name) {
+    if (!document.querySelector('[data-tab-panel="' + name + '"]')) name = "overview";
+    activeTab = name;
+    document.querySelectorAll("[data-tab-panel]").forEach(function (panel) {
+      panel.hidden = panel.dataset.tabPanel !== name;
+    });
+    document.querySelectorAll("[data-tab]").forEach(function (button) {
+      button.classList.toggle("active", button.dataset.tab === name);
+    });
+    if (tabs[name] && tabs[name].shown) tabs[name].shown();
+    if (tabs[name] && tabs[name].refresh) tabs[name].refresh();
+  }
+
+  document.querySelectorAll("[data-tab]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      if (window.location.hash !== "#" + button.dataset.tab) {
+        history.replaceState(null, "", "#" + button.dataset.tab);
+      }
+      showTab(button.dataset.tab);
+    });
+  });
+
+  function toast(message, problem) {
+    var holder = document.getElementById("toasts");
+    if (!holder) return;
+    var item = document.createElement("div");
+    item.className = "toast show align-items-center border-0 " + (problem ? "text-bg-danger" : "text-bg-success");
+    item.setAttribute("role", "status");
+    var body = document.createElement("div");
+    body.className = "toast-body";
+    body.textContent = message;
+    item.appendChild(body);
+    holder.appendChild(item);
+    window.setTimeout(function () { item.remove(); }, problem ? 8000 : 4000);
+  }
+
+  window.ConcertPortal = {
+    getJSON: getJSON,
+    sendJSON: sendJSON,
+    toast: toast,
+    tab: function (name, handlers) {
+      tabs[name] = handlers;
+      if (name === activeTab) showTab(name);
+    },
+    isActive: function (name) { return activeTab === name; }
+  };
 
   function formatValue(value) {
     if (typeof value === "boolean") return value ? "yes" : "no";
@@ -141,14 +218,20 @@
     getJSON("/api/series?since=" + lastSample)
       .then(function (answer) { addSamples(answer.samples || []); })
       .catch(function () { /* next round */ });
+    var tab = tabs[activeTab];
+    if (tab && tab.refresh) tab.refresh();
   }
 
-  redrawCharts();
-  refresh();
-  window.setInterval(refresh, REFRESH_MS);
-  window.addEventListener("resize", function () {
+  function fitCharts() {
     charts.forEach(function (chart) {
       chart.plot.setSize({ width: Math.max(200, chart.element.clientWidth), height: 180 });
     });
-  });
+  }
+  tabs.overview = { shown: fitCharts };
+
+  redrawCharts();
+  showTab((window.location.hash || "#overview").slice(1));
+  refresh();
+  window.setInterval(refresh, REFRESH_MS);
+  window.addEventListener("resize", fitCharts);
 })();
