@@ -102,6 +102,71 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
         .await
         .unwrap();
 
+    // Bans: ban a visitor through the dialog, see it refused on the site, lift the ban.
+    page.eval("document.querySelector('[data-tab=\"bans\"]').click(); true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "!document.getElementById('tab-bans').hidden && location.hash === '#bans'",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    page.eval("document.querySelector('[data-action=\"new-ban\"]').click(); true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.getElementById('ban-dialog').classList.contains('show')",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    page.eval(
+        "document.getElementById('ban-client').value = '203.0.113.50'; document.querySelector('[data-preset=\"6h\"]').click(); document.getElementById('ban-submit').click(); true",
+    )
+    .await
+    .unwrap();
+    page.wait_for(
+        "document.querySelector('[data-table=\"bans\"] tr[data-key=\"203.0.113.50\"]') !== null",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let visit = || {
+        plain_client()
+            .get(url(&concert, "/page"))
+            .header("X-Forwarded-For", "203.0.113.50")
+            .send()
+    };
+    assert_eq!(
+        visit().await.unwrap().status(),
+        reqwest::StatusCode::TOO_MANY_REQUESTS
+    );
+    page.wait_for(
+        "(() => { const left = document.querySelector('tr[data-key=\"203.0.113.50\"] .js-left'); return left && /^5h 5\\dm$/.test(left.textContent); })()",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    page.wait_for(
+        "!document.getElementById('ban-dialog').classList.contains('show') && !document.querySelector('.modal-backdrop')",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    page.screenshot(artefact("bans.png")).await.unwrap();
+    // Lifting takes a second click on the same button.
+    let unban = "document.querySelector('tr[data-key=\"203.0.113.50\"] [data-action=\"unban\"]').click(); true";
+    page.eval(unban).await.unwrap();
+    page.eval(unban).await.unwrap();
+    page.wait_for(
+        "document.querySelector('[data-table=\"bans\"] tr[data-key=\"203.0.113.50\"]') === null",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(visit().await.unwrap().status(), reqwest::StatusCode::OK);
+
     // Phone width: nothing overflows sideways.
     page.set_viewport(390, 844, true).await.unwrap();
     let overflow = page

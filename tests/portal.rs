@@ -563,3 +563,309 @@ async fn the_dashboard_names_where_ip_details_come_from() {
     }
     assert!(page.contains("ip2asn-combined.tsv (1 IPv4"), "{page}");
 }
+
+impl PortalUnderTest {
+    /// Sends `method` to the API with the session and its CSRF token.
+    async fn api(
+        &self,
+        client: &reqwest::Client,
+        session: &(String, String),
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (StatusCode, serde_json::Value) {
+        let mut request = client
+            .request(method, self.url(path))
+            .header("Cookie", format!("concert_portal={}", session.0))
+            .header("X-CSRF-Token", &session.1);
+        if let Some(body) = body {
+            request = request
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+        }
+        let answer = request.send().await.unwrap();
+        let status = answer.status();
+        (
+            status,
+            answer.json().await.unwrap_or(serde_json::Value::Null),
+        )
+    }
+}
+
+#[tokio::test]
+async fn bans_are_made_replaced_listed_and_lifted_from_the_portal() {
+    let origin = echo_origin();
+    let portal = portal(&["-upstream", &origin.url()]).await;
+    let client = plain_client();
+    let session = portal.sign_in(&client).await;
+    let post = reqwest::Method::POST;
+
+    let (status, made) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.9", "duration": "1h"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{made}");
+    assert_eq!(made["client"], "203.0.113.9");
+    assert_eq!(made["permanent"], false);
+    let (_, listed) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/bans", None)
+        .await;
+    let bans = listed["bans"].as_array().unwrap();
+    assert_eq!(bans.len(), 1);
+    assert!(bans[0]["remaining_seconds"].as_u64().unwrap() >= 59 * 60);
+    assert_eq!(listed["enabled"], true);
+    assert_eq!(listed["persisted"], false);
+
+    // Replacing a ban is not a new offense.
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.9", "duration": "10m"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, listed) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/bans", None)
+        .await;
+    assert!(listed["bans"][0]["remaining_seconds"].as_u64().unwrap() <= 600);
+    assert_eq!(
+        concert::endpoints::figures::stats_json(&portal.running.app)["abuse_bans_total"],
+        1
+    );
+
+    for (body, expected) in [
+        (
+            serde_json::json!({"client": "nope", "duration": "1h"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            serde_json::json!({"client": "203.0.113.10", "duration": "forever"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            serde_json::json!({"client": "203.0.113.10", "duration": "5s"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            serde_json::json!({"duration": "1h"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            serde_json::json!({"client": "10.0.0.0/4", "duration": "1h"}),
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        let (status, answer) = portal
+            .api(
+                &client,
+                &session,
+                post.clone(),
+                "/api/bans",
+                Some(body.clone()),
+            )
+            .await;
+        assert_eq!(status, expected, "{body}: {answer}");
+    }
+    let (_, bad) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.10", "duration": "5s"})),
+        )
+        .await;
+    assert_eq!(
+        bad["error"],
+        "duration must be between 1m and 8760h, for example 30m or 24h, or the ban must be permanent"
+    );
+
+    // A range, then the fragment: rows with IP cells and the table's flags.
+    let (status, range) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/bans",
+            Some(
+                serde_json::json!({"client": "198.51.7.9/16", "duration": "1h", "permanent": true}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{range}");
+    assert_eq!(range["client"], "198.51.0.0/16");
+    assert_eq!(range["range"], true);
+    assert!(range["until"].is_null());
+    let (_, fragment) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/frag/bans?keys=203.0.113.9,192.0.2.1",
+            None,
+        )
+        .await;
+    let html = fragment["html"].as_str().unwrap();
+    assert!(html.contains(r#"class="table-warning""#), "{html}");
+    assert!(html.contains(r#"class="table-danger""#), "{html}");
+    assert!(html.contains(r#"data-key="198.51.0.0/16""#), "{html}");
+    assert!(
+        html.contains("ip-badge-v4") && html.contains(">range<"),
+        "{html}"
+    );
+    assert_eq!(fragment["flags"]["enabled"], true);
+    assert_eq!(fragment["total"], 2);
+    assert_eq!(fragment["where"]["203.0.113.9"], 1);
+    assert_eq!(fragment["where"]["192.0.2.1"], 0);
+    assert!(
+        fragment["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("1–2 of 2 active bans")
+    );
+
+    // Lifting: unknown 404, bad 400, known 200 and gone.
+    let delete = reqwest::Method::DELETE;
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            delete.clone(),
+            "/api/bans?client=192.0.2.1",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            delete.clone(),
+            "/api/bans?client=nope",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, lifted) = portal
+        .api(
+            &client,
+            &session,
+            delete.clone(),
+            "/api/bans?client=203.0.113.9",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(lifted["unbanned"], "203.0.113.9");
+    let (_, listed) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/bans", None)
+        .await;
+    assert_eq!(listed["bans"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_ban_from_the_portal_refuses_the_client_on_the_site_and_is_saved() {
+    let origin = echo_origin();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap().to_owned();
+    let portal = portal(&["-upstream", &origin.url(), "-data-dir", &data_dir]).await;
+    let client = plain_client();
+    let session = portal.sign_in(&client).await;
+    // Loopback is a trusted proxy by default (and so never banned): the visitor is the client
+    // it names.
+    let site = support::url(&portal.running, "/page");
+    let visit = || {
+        client
+            .get(&site)
+            .header("X-Forwarded-For", "203.0.113.50")
+            .send()
+    };
+    assert_eq!(visit().await.unwrap().status(), StatusCode::OK);
+    let (status, refused) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::POST,
+            "/api/bans",
+            Some(serde_json::json!({"client": "127.0.0.1", "duration": "30m"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("exempt"),
+        "{refused}"
+    );
+
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::POST,
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.50", "duration": "30m"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // A timed ban answers 429 with the time left.
+    let banned = visit().await.unwrap();
+    assert_eq!(banned.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(banned.headers().contains_key(RETRY_AFTER));
+    let saved = std::fs::read_to_string(data.path().join("bans.json")).unwrap();
+    assert!(saved.contains("203.0.113.50"), "{saved}");
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::DELETE,
+            "/api/bans?client=203.0.113.50",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(visit().await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn with_the_registry_off_bans_are_refused_with_409() {
+    let portal = portal(&["-abuse=false"]).await;
+    let client = plain_client();
+    let session = portal.sign_in(&client).await;
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::POST,
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.9", "duration": "1h"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::DELETE,
+            "/api/bans?client=203.0.113.9",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (_, fragment) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/frag/bans",
+            None,
+        )
+        .await;
+    assert_eq!(fragment["flags"]["enabled"], false);
+}

@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::config::{BanPathMatcher, CidrList, Config, PathList};
 
 pub use ranges::BanTarget;
-pub use registry::{AbuseStats, Registry};
+pub use registry::{AbuseStats, BanView, Registry};
 
 pub(crate) use record::{BanSnapshot, ImportReport};
 
@@ -87,6 +87,27 @@ impl BanLength {
         match self {
             BanLength::Permanent => None,
             BanLength::Timed(left) => Some(ceil_secs(left).max(1)),
+        }
+    }
+}
+
+/// Why an operator's ban duration was refused; the message names the accepted forms.
+pub const BAN_DURATION_ERROR: &str =
+    "duration must be between 1m and 8760h, for example 30m or 24h, or the ban must be permanent";
+
+impl BanLength {
+    /// An operator's ban length: `permanent` (or the word `permanent` as the duration), else a
+    /// duration from 1m to 8760h.
+    pub fn from_request(duration: &str, permanent: bool) -> Result<BanLength, &'static str> {
+        let duration = duration.trim();
+        if permanent || duration == "permanent" {
+            return Ok(BanLength::Permanent);
+        }
+        match crate::config::parse_go_duration(duration) {
+            Ok(length) if (60..=8760 * 3600).contains(&length.as_secs()) => {
+                Ok(BanLength::Timed(length))
+            }
+            _ => Err(BAN_DURATION_ERROR),
         }
     }
 }

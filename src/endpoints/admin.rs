@@ -214,9 +214,6 @@ struct BanBody {
     permanent: bool,
 }
 
-const BAN_DURATION_ERROR: &str =
-    "duration must be between 1m and 8760h, for example 30m or 24h, or the ban must be permanent";
-
 /// `POST /_room/abuse` `{"client": "...", "duration": "1h"}`, or `"duration": "permanent"` /
 /// `"permanent": true`: bans an address, a /64 or a range, and drops its waiting visitors.
 pub(super) async fn abuse_ban(
@@ -241,13 +238,9 @@ pub(super) async fn abuse_ban(
         Ok(target) => target,
         Err(e) => return error_json(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    let length = if request.permanent || request.duration.trim() == "permanent" {
-        BanLength::Permanent
-    } else {
-        match crate::config::parse_go_duration(request.duration.trim()) {
-            Ok(d) if (60..=8760 * 3600).contains(&d.as_secs()) => BanLength::Timed(d),
-            _ => return error_json(StatusCode::BAD_REQUEST, BAN_DURATION_ERROR),
-        }
+    let length = match BanLength::from_request(&request.duration, request.permanent) {
+        Ok(length) => length,
+        Err(problem) => return error_json(StatusCode::BAD_REQUEST, problem),
     };
     match app.abuse.ban(target, length) {
         Ok(outcome) => match serde_json::to_string(&outcome) {

@@ -9,6 +9,8 @@
 mod api;
 mod assets;
 mod auth;
+mod bans;
+mod fragments;
 mod local_user;
 mod pages;
 mod respond;
@@ -115,6 +117,11 @@ pub fn router(portal: Arc<Portal>) -> Router {
     let api = Router::new()
         .route("/api/overview", get(api::overview))
         .route("/api/series", get(api::series))
+        .route(
+            "/api/bans",
+            get(bans::list).post(bans::ban).delete(bans::unban),
+        )
+        .route("/api/frag/bans", get(bans::fragment))
         .layer(middleware::from_fn_with_state(
             portal.clone(),
             require_session,
@@ -178,6 +185,14 @@ async fn require_session(
     }
     request.extensions_mut().insert(session);
     next.run(request).await
+}
+
+/// The peer's address, for log lines about who did what.
+fn peer_of(request: &Request) -> String {
+    request.extensions().get::<SideConn>().map_or_else(
+        || "an unknown peer".to_owned(),
+        |conn| conn.peer.ip().to_string(),
+    )
 }
 
 /// Reads a form or JSON body within the portal's limits.
