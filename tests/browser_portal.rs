@@ -22,13 +22,13 @@ fn artefact(name: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
-    let origin = origins::fast_origin();
+    let origin = origins::held_origin();
     let concert = concert_with_env(
         &[
             "-upstream",
             &origin.url(),
             "-cap",
-            "4",
+            "1",
             "-portal-listen",
             "127.0.0.1:0",
         ],
@@ -73,12 +73,12 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
     // The figures come from the API; the charts are drawn by the vendored chart library.
     let cap = page
         .wait_for(
-            "(() => { const e = document.querySelector('[data-stat=\"cap\"]'); return e && e.textContent === '4' && e.textContent; })()",
+            "(() => { const e = document.querySelector('[data-stat=\"cap\"]'); return e && e.textContent === '1' && e.textContent; })()",
             Duration::from_secs(10),
         )
         .await
         .unwrap();
-    assert_eq!(cap, "4");
+    assert_eq!(cap, "1");
     page.wait_for(
         "document.querySelectorAll('.uplot canvas').length >= 3",
         Duration::from_secs(10),
@@ -101,6 +101,43 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
     page.screenshot(artefact("overview-light.png"))
         .await
         .unwrap();
+
+    // Queue: someone holds the only slot and two visitors wait; move the second to the front.
+    let holder = hold_the_only_slot(&concert, &origin, "/busy").await;
+    let mut waiting = Vec::new();
+    for address in ["203.0.113.61", "203.0.113.62"] {
+        let visitor = cookie_client();
+        let answer = visitor
+            .get(url(&concert, "/api/wait"))
+            .header("X-Forwarded-For", address)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+        waiting.push(visitor);
+    }
+    page.eval("document.querySelector('[data-tab=\"queue\"]').click(); true")
+        .await
+        .unwrap();
+    let first_row = "document.querySelector('[data-table=\"queue\"] tbody tr .ip-text')";
+    page.wait_for(
+        &format!("{first_row} && {first_row}.textContent === '203.0.113.61'"),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    page.screenshot(artefact("queue.png")).await.unwrap();
+    page.eval("document.querySelectorAll('[data-table=\"queue\"] [data-action=\"promote\"]')[1].click(); true")
+        .await
+        .unwrap();
+    page.wait_for(
+        &format!("{first_row} && {first_row}.textContent === '203.0.113.62'"),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    origin.release(100);
+    holder.await.unwrap();
 
     // Bans: ban a visitor through the dialog, see it refused on the site, lift the ban.
     page.eval("document.querySelector('[data-tab=\"bans\"]').click(); true")
@@ -138,10 +175,10 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
             .header("X-Forwarded-For", "203.0.113.50")
             .send()
     };
-    assert_eq!(
-        visit().await.unwrap().status(),
-        reqwest::StatusCode::TOO_MANY_REQUESTS
-    );
+    // Refused as banned (not queued: the line still holds the two visitors from above).
+    let banned = visit().await.unwrap();
+    assert_eq!(banned.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert!(!banned.text().await.unwrap().contains("queued"));
     page.wait_for(
         "(() => { const left = document.querySelector('tr[data-key=\"203.0.113.50\"] .js-left'); return left && /^5h 5\\dm$/.test(left.textContent); })()",
         Duration::from_secs(5),
@@ -165,7 +202,14 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
     )
     .await
     .unwrap();
-    assert_eq!(visit().await.unwrap().status(), reqwest::StatusCode::OK);
+    // Let in, or given a place in line: no longer refused.
+    let let_in = visit().await.unwrap();
+    let status = let_in.status();
+    let text = let_in.text().await.unwrap();
+    assert!(
+        status == reqwest::StatusCode::OK || text.contains("\"queued\":true"),
+        "{status} {text}"
+    );
 
     // Phone width: nothing overflows sideways.
     page.set_viewport(390, 844, true).await.unwrap();

@@ -869,3 +869,124 @@ async fn with_the_registry_off_bans_are_refused_with_409() {
         .await;
     assert_eq!(fragment["flags"]["enabled"], false);
 }
+
+#[tokio::test]
+async fn the_queue_lists_the_line_moves_a_visitor_up_and_a_ban_clears_its_place() {
+    let origin = support::origins::held_origin();
+    let portal = portal(&["-upstream", &origin.url(), "-cap", "1"]).await;
+    let holder = support::hold_the_only_slot(&portal.running, &origin, "/busy").await;
+    // Two visitors behind a trusted proxy (loopback), so each has an address of its own.
+    let mut visitors = Vec::new();
+    for address in ["203.0.113.1", "203.0.113.2"] {
+        let browser = cookie_client();
+        let answer = browser
+            .get(support::url(&portal.running, "/api/wait"))
+            .header("X-Forwarded-For", address)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
+        visitors.push(browser);
+    }
+    let client = plain_client();
+    let session = portal.sign_in(&client).await;
+    let (status, line) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/queue", None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(line["listed"], 2);
+    assert_eq!(line["limit"], 500);
+    let occupants = line["occupants"].as_array().unwrap().clone();
+    assert_eq!(occupants[0]["client"], "203.0.113.1");
+    assert_eq!(occupants[0]["position"], 1);
+    assert_eq!(occupants[1]["position"], 2);
+    // Tickets never leave Concert: the id is a short hash.
+    let second = occupants[1]["id"].as_str().unwrap().to_owned();
+    assert_eq!(second.len(), 16);
+
+    let (_, fragment) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/frag/queue",
+            None,
+        )
+        .await;
+    let html = fragment["html"].as_str().unwrap();
+    assert!(html.contains(r#"data-action="promote""#), "{html}");
+    assert!(html.contains(&format!(r#"data-key="{second}""#)), "{html}");
+    assert_eq!(fragment["total"], 2);
+    let (_, none) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/frag/queue?q=198.51",
+            None,
+        )
+        .await;
+    assert_eq!(none["total"], 0);
+
+    let post = reqwest::Method::POST;
+    let (status, answer) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/queue/promote",
+            Some(serde_json::json!({})),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("id is required"))
+    );
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/queue/promote",
+            Some(serde_json::json!({"id": "nope"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, promoted) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/queue/promote",
+            Some(serde_json::json!({"id": second})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{promoted}");
+    assert_eq!(promoted["promoted"], second.as_str());
+    let (_, line) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/queue", None)
+        .await;
+    assert_eq!(line["occupants"][0]["client"], "203.0.113.2");
+    assert_eq!(line["occupants"][0]["promoted"], true);
+
+    // Banning the first visitor's address removes it from the line.
+    let (status, banned) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.1", "duration": "1h"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(banned["dropped"], 1);
+    let (_, line) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/queue", None)
+        .await;
+    assert_eq!(line["listed"], 1);
+    assert_eq!(line["occupants"][0]["client"], "203.0.113.2");
+
+    origin.release(10);
+    let _ = holder.await;
+}

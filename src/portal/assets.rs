@@ -39,6 +39,7 @@ pub(crate) static ASSETS: &[Asset] = &[
     asset!("js/portal.js", JS),
     asset!("js/portal-tables.js", JS),
     asset!("js/portal-bans.js", JS),
+    asset!("js/portal-queue.js", JS),
 ];
 
 /// `GET /assets/*path`: an exact name from [`ASSETS`] (so `..`, other directories and the

@@ -13,6 +13,7 @@ mod bans;
 mod fragments;
 mod local_user;
 mod pages;
+mod queue;
 mod respond;
 
 use std::sync::Arc;
@@ -122,6 +123,9 @@ pub fn router(portal: Arc<Portal>) -> Router {
             get(bans::list).post(bans::ban).delete(bans::unban),
         )
         .route("/api/frag/bans", get(bans::fragment))
+        .route("/api/queue", get(queue::list))
+        .route("/api/queue/promote", post(queue::promote))
+        .route("/api/frag/queue", get(queue::fragment))
         .layer(middleware::from_fn_with_state(
             portal.clone(),
             require_session,

@@ -1,0 +1,222 @@
+//! The Queue tab: the front of the line (the first [`LISTED`] visitors) with their addresses'
+//! details, and moving one to the front. Tickets never leave Concert: a visitor is named by a
+//! short hash of its ticket, and only listed visitors can be acted on.
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use http::{Response, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use super::fragments::{AddressCell, Fragment, TableQuery, now_ms};
+use super::{Portal, peer_of, read_body, respond};
+use crate::admission::priority::Rank;
+use crate::room::{LineEntry, RoomPromoteError};
+
+/// Visitors listed from the front of the line.
+pub(crate) const LISTED: usize = 500;
+/// A visitor whose page has not asked for its place for this long shows as idle.
+const IDLE_AFTER_SECONDS: u64 = 15;
+
+/// The id the portal shows for a ticket: the first 8 bytes of its SHA-256, in hex.
+fn visitor_id(ticket: &str) -> String {
+    let digest = Sha256::digest(ticket.as_bytes());
+    hex::encode(&digest[..8])
+}
+
+/// One listed visitor, as `GET /api/queue` reports it.
+#[derive(Debug, Serialize)]
+struct Occupant {
+    id: String,
+    client: String,
+    /// Unix milliseconds.
+    joined: u64,
+    last_seen: u64,
+    idle_seconds: u64,
+    position: i64,
+    ready: bool,
+    has_pass: bool,
+    promoted: bool,
+    rank: &'static str,
+}
+
+fn ms_ago(now_ms: u64, now: Instant, then: Instant) -> u64 {
+    let ago = u64::try_from(now.saturating_duration_since(then).as_millis()).unwrap_or(u64::MAX);
+    now_ms.saturating_sub(ago)
+}
+
+fn occupants(portal: &Portal) -> Vec<(Occupant, LineEntry)> {
+    let now_ms = now_ms();
+    let now = Instant::now();
+    portal
+        .app
+        .room
+        .line_front(LISTED)
+        .into_iter()
+        .map(|entry| {
+            let info = &entry.info;
+            let occupant = Occupant {
+                id: visitor_id(&info.token_hex()),
+                client: info.client.map(|ip| ip.to_string()).unwrap_or_default(),
+                joined: ms_ago(now_ms, now, info.joined),
+                last_seen: ms_ago(now_ms, now, info.last_seen),
+                idle_seconds: now.saturating_duration_since(info.last_seen).as_secs(),
+                position: entry.position,
+                ready: entry.ready,
+                has_pass: info.has_pass,
+                promoted: info.promoted,
+                rank: Rank::from_u8(info.rank).map_or("guest", Rank::name),
+            };
+            (occupant, entry)
+        })
+        .collect()
+}
+
+/// `GET /api/queue`: the listed front of the line.
+pub(super) async fn list(State(portal): State<Arc<Portal>>) -> Response<Body> {
+    let listed: Vec<Occupant> = occupants(&portal)
+        .into_iter()
+        .map(|(occupant, _)| occupant)
+        .collect();
+    respond::json(
+        StatusCode::OK,
+        &json!({
+            "listed": listed.len(),
+            "occupants": listed,
+            "limit": LISTED,
+            "live_queue_depth": portal.app.room.stats().live_queue_depth,
+        }),
+    )
+}
+
+struct QueueRow {
+    occupant: Occupant,
+    cell: Option<AddressCell>,
+    idle: bool,
+}
+
+#[derive(Template)]
+#[template(path = "portal/rows_queue.html")]
+struct QueueRows<'a> {
+    rows: &'a [QueueRow],
+    abuse_enabled: bool,
+}
+
+/// `GET /api/frag/queue`: one page of the listed line, rendered.
+pub(super) async fn fragment(
+    State(portal): State<Arc<Portal>>,
+    Query(query): Query<TableQuery>,
+) -> Response<Body> {
+    let filter = query.filter();
+    let mut listed: Vec<Occupant> = occupants(&portal)
+        .into_iter()
+        .map(|(occupant, _)| occupant)
+        .collect();
+    let all = listed.len();
+    if !filter.is_empty() {
+        listed.retain(|occupant| occupant.client.to_lowercase().contains(&filter));
+    }
+    let total = listed.len();
+    let paging = query.paging(total);
+    let ids: Vec<String> = listed.iter().map(|occupant| occupant.id.clone()).collect();
+    let rows: Vec<QueueRow> = listed
+        .into_iter()
+        .skip(paging.start)
+        .take(paging.end - paging.start)
+        .map(|occupant| QueueRow {
+            cell: AddressCell::of(&occupant.client, &portal.ip_details),
+            idle: occupant.idle_seconds > IDLE_AFTER_SECONDS,
+            occupant,
+        })
+        .collect();
+    let html = match (QueueRows {
+        rows: &rows,
+        abuse_enabled: portal.app.abuse.enabled(),
+    })
+    .render()
+    {
+        Ok(html) => html,
+        Err(e) => {
+            tracing::error!("portal: cannot render the line: {e}");
+            return respond::error(StatusCode::INTERNAL_SERVER_ERROR, "cannot render the line");
+        }
+    };
+    let live = portal.app.room.stats().live_queue_depth;
+    respond::json(
+        StatusCode::OK,
+        &Fragment {
+            html,
+            now: now_ms(),
+            total,
+            page: paging.page,
+            pages: paging.pages,
+            size: paging.size,
+            r#where: query.whereabouts(ids.iter().map(String::as_str), paging.size),
+            summary: format!(
+                "{} listed · {all} of {live} waiting shown",
+                paging.shown(total)
+            ),
+            flags: None,
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct PromoteRequest {
+    #[serde(default)]
+    id: String,
+}
+
+/// `POST /api/queue/promote {"id"}`: moves a listed visitor to the front of the line, free.
+pub(super) async fn promote(State(portal): State<Arc<Portal>>, request: Request) -> Response<Body> {
+    let actor = peer_of(&request);
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
+    let id = serde_json::from_slice::<PromoteRequest>(&body)
+        .map(|wanted| wanted.id.trim().to_owned())
+        .unwrap_or_default();
+    if id.is_empty() {
+        return respond::error(StatusCode::BAD_REQUEST, "id is required");
+    }
+    let Some(ticket) = occupants(&portal)
+        .into_iter()
+        .find(|(occupant, _)| occupant.id == id)
+        .map(|(_, entry)| entry.info.token_hex())
+    else {
+        return respond::error(StatusCode::NOT_FOUND, "that visitor is no longer in line");
+    };
+    match portal.app.room.promote(&ticket, 1) {
+        Ok(_) => {
+            tracing::info!("portal: {actor} moved visitor {id} to the front of the line");
+            respond::json(StatusCode::OK, &json!({ "promoted": id }))
+        }
+        Err(RoomPromoteError::NotFound) => {
+            respond::error(StatusCode::NOT_FOUND, "that visitor is no longer in line")
+        }
+        Err(RoomPromoteError::Refused(e)) => respond::error(
+            StatusCode::CONFLICT,
+            &format!("room refused the promotion: {e}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_visitor_id_is_a_short_hash_of_the_ticket() {
+        let id = visitor_id("00112233445566778899aabbccddeeff");
+        assert_eq!(id.len(), 16);
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(id, visitor_id("00112233445566778899aabbccddeefe"));
+        assert!(!"00112233445566778899aabbccddeeff".contains(&id));
+    }
+}
