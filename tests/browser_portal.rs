@@ -136,6 +136,38 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
     )
     .await
     .unwrap();
+    // A visitor waiting in a browser of its own is removed from the line: its waiting page
+    // finds out by itself and shows why.
+    let visitor = browser.new_window().await.unwrap();
+    visitor.goto(&url(&concert, "/shop")).await.unwrap();
+    visitor
+        .wait_for(
+            "document.getElementById('position') !== null",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let third_kick = "(() => { const rows = document.querySelectorAll('[data-table=\"queue\"] tbody tr'); const row = Array.from(rows).find(r => r.querySelector('.ip-text').textContent === '127.0.0.1'); if (!row) return false; row.querySelector('[data-action=\"kick\"]').click(); return true; })()";
+    page.wait_for(third_kick, Duration::from_secs(10))
+        .await
+        .unwrap();
+    page.eval(third_kick).await.unwrap();
+    visitor
+        .wait_for(
+            "document.title === 'Removed from the line'",
+            Duration::from_secs(15),
+        )
+        .await
+        .unwrap();
+    visitor.screenshot(artefact("removed.png")).await.unwrap();
+    // The removal page itself comes with 403; nothing else may go wrong.
+    let problems: Vec<String> = visitor
+        .problems()
+        .into_iter()
+        .filter(|problem| !problem.contains("status of 403"))
+        .collect();
+    assert!(problems.is_empty(), "{problems:?}");
+
     origin.release(100);
     holder.await.unwrap();
 

@@ -990,3 +990,124 @@ async fn the_queue_lists_the_line_moves_a_visitor_up_and_a_ban_clears_its_place(
     origin.release(10);
     let _ = holder.await;
 }
+
+#[tokio::test]
+async fn a_removed_visitor_is_told_so_and_may_join_again_and_remove_and_ban_blocks_it() {
+    let origin = support::origins::held_origin();
+    let portal = portal(&["-upstream", &origin.url(), "-cap", "1"]).await;
+    let holder = support::hold_the_only_slot(&portal.running, &origin, "/busy").await;
+    let visitor = cookie_client();
+    let wait = || {
+        visitor
+            .get(support::url(&portal.running, "/api/wait"))
+            .header("X-Forwarded-For", "203.0.113.7")
+            .send()
+    };
+    assert_eq!(
+        wait().await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let client = plain_client();
+    let session = portal.sign_in(&client).await;
+    let (_, line) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/queue", None)
+        .await;
+    let id = line["occupants"][0]["id"].as_str().unwrap().to_owned();
+    let post = reqwest::Method::POST;
+    let (status, kicked) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/queue/kick",
+            Some(serde_json::json!({"id": id})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{kicked}");
+    assert_eq!(kicked["banned"], false);
+    let (_, line) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/queue", None)
+        .await;
+    assert_eq!(line["listed"], 0);
+    let (_, overview) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/overview",
+            None,
+        )
+        .await;
+    assert_eq!(overview["kicked_active"], 1);
+
+    // The waiting page's poll sends it in, to be told; the answer clears the ticket.
+    let poll: serde_json::Value = visitor
+        .get(support::url(&portal.running, "/queue/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(poll["ready"], true);
+    let page = visitor
+        .get(support::url(&portal.running, "/shop"))
+        .header("Accept", support::HTML_ACCEPT)
+        .header("X-Forwarded-For", "203.0.113.7")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::FORBIDDEN);
+    let cleared = support::set_cookies(&page, "room_ticket").join(" ");
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+    let text = page.text().await.unwrap();
+    assert!(
+        text.contains("<title>Removed from the line</title>"),
+        "{text}"
+    );
+    assert!(text.contains("You were removed from the line") && text.contains("Rejoin the line"));
+    // Joining again puts it at the back of the line.
+    assert_eq!(
+        wait().await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let (_, line) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/queue", None)
+        .await;
+    assert_eq!(line["listed"], 1);
+
+    // Removed and banned: out of the line, refused on the next request.
+    let id = line["occupants"][0]["id"].as_str().unwrap().to_owned();
+    let (status, kicked) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/queue/kick",
+            Some(serde_json::json!({"id": id, "ban": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{kicked}");
+    assert_eq!(kicked["banned"], true);
+    assert!(kicked["ban_seconds"].as_u64().unwrap() > 0);
+    let (_, line) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/queue", None)
+        .await;
+    assert_eq!(line["listed"], 0);
+    let blocked = wait().await.unwrap();
+    assert_eq!(blocked.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(!blocked.text().await.unwrap().contains("queued"));
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            post.clone(),
+            "/api/queue/kick",
+            Some(serde_json::json!({"id": "nope"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    origin.release(10);
+    let _ = holder.await;
+}

@@ -235,6 +235,12 @@ impl Registry {
     /// Bans at once, escalating (ban paths, "kick and ban"). Already banned → the time left, no
     /// new offense. Exempt or untrackable (table full) → `None`.
     pub fn ban_now(&self, ip: IpAddr) -> Option<BanLength> {
+        self.ban_escalating(ip, "ban path")
+    }
+
+    /// An escalating ban (the next cooldown of the client's offense history) for `why`; `None`
+    /// for an exempt client.
+    pub fn ban_escalating(&self, ip: IpAddr, why: &'static str) -> Option<BanLength> {
         let settings = self.settings.load_full();
         if settings.is_exempt(ip) {
             return None;
@@ -251,7 +257,7 @@ impl Registry {
                 }
             })?;
         if fresh {
-            self.started(key, length, "ban path");
+            self.started(key, length, why);
         }
         Some(length)
     }

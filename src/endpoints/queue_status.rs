@@ -44,7 +44,11 @@ pub(crate) fn answer(
         }
     }
     let ticket = read_cookie(headers, TICKET);
-    let outcome = room.poll(ticket);
+    // A removed visitor's page is sent in, to be told what happened.
+    let outcome = match ticket {
+        Some(token) if room.was_removed(token) => PollOutcome::Ready,
+        _ => room.poll(ticket),
+    };
     let (status, body, refresh) = status_body(&outcome);
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;

@@ -51,6 +51,11 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
         ticket_cookie,
         room_pass_cookie,
     ] = read_cookies(req.headers(), [ADMIT, PRIORITY, TICKET, ROOM_PASS]);
+    if let Some(ticket) = ticket_cookie
+        && app.room.was_removed(ticket)
+    {
+        return removed_from_line(generation, info);
+    }
     let pass = app.pass.verify_cookie(admit_cookie, now);
     let rank = app
         .priority
@@ -111,6 +116,19 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
         }
         AdmitResult::Requeued(waiting) => waiting_response(generation, info, &waiting),
     }
+}
+
+/// A visitor an operator removed: told so, with its ticket cleared, so its next request joins
+/// the line afresh at the back.
+fn removed_from_line(generation: &Generation, info: &RequestInfo) -> Response<Body> {
+    let mut response = Rejection::RemovedFromLine
+        .for_client(info.html)
+        .into_response();
+    response.headers_mut().append(
+        header::SET_COOKIE,
+        generation.cookies.clear(TICKET, info.conn.tls),
+    );
+    response
 }
 
 /// Whether a request can be a form submission: one of the standard methods that change

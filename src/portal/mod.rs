@@ -89,6 +89,7 @@ impl Portal {
                     return;
                 };
                 portal.auth.prune();
+                portal.app.room.prune_removed();
             }
         })
     }
@@ -125,6 +126,7 @@ pub fn router(portal: Arc<Portal>) -> Router {
         .route("/api/frag/bans", get(bans::fragment))
         .route("/api/queue", get(queue::list))
         .route("/api/queue/promote", post(queue::promote))
+        .route("/api/queue/kick", post(queue::kick))
         .route("/api/frag/queue", get(queue::fragment))
         .layer(middleware::from_fn_with_state(
             portal.clone(),

@@ -3,6 +3,7 @@
 //! short hash of its ticket, and only listed visitors can be acted on.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use askama::Template;
 use axum::body::Body;
@@ -15,6 +16,7 @@ use tokio::time::Instant;
 
 use super::fragments::{AddressCell, Fragment, TableQuery, now_ms};
 use super::{Portal, peer_of, read_body, respond};
+use crate::abuse::BanError;
 use crate::admission::priority::Rank;
 use crate::room::{LineEntry, RoomPromoteError};
 
@@ -204,6 +206,95 @@ pub(super) async fn promote(State(portal): State<Arc<Portal>>, request: Request)
             StatusCode::CONFLICT,
             &format!("room refused the promotion: {e}"),
         ),
+    }
+}
+
+#[derive(Deserialize)]
+struct KickRequest {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    ban: bool,
+}
+
+/// How long a removed visitor's ticket is remembered past its own lifetime: its page may poll
+/// once more after the ticket would have expired.
+const REMEMBER_PAST_TICKET: Duration = Duration::from_secs(60);
+
+/// `POST /api/queue/kick {"id","ban"}`: removes a listed visitor from the line. Without `ban`
+/// its next request is told it was removed (and may join again at the back); with `ban` its
+/// address gets the next ban of its offense history, saved at once, which also clears every
+/// other place that address holds.
+pub(super) async fn kick(State(portal): State<Arc<Portal>>, request: Request) -> Response<Body> {
+    let actor = peer_of(&request);
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
+    let wanted = serde_json::from_slice::<KickRequest>(&body).unwrap_or(KickRequest {
+        id: String::new(),
+        ban: false,
+    });
+    let id = wanted.id.trim().to_owned();
+    if id.is_empty() {
+        return respond::error(StatusCode::BAD_REQUEST, "id is required");
+    }
+    let Some(entry) = occupants(&portal)
+        .into_iter()
+        .find(|(occupant, _)| occupant.id == id)
+        .map(|(_, entry)| entry)
+    else {
+        return respond::error(StatusCode::NOT_FOUND, "that visitor is no longer in line");
+    };
+    let ticket = entry.info.token_hex();
+    let app = &portal.app;
+    if !wanted.ban {
+        let remember = app.room.settings().token_ttl + REMEMBER_PAST_TICKET;
+        if !app.room.remove_and_remember(&ticket, remember) {
+            return respond::error(StatusCode::NOT_FOUND, "that visitor is no longer in line");
+        }
+        tracing::info!("portal: {actor} removed visitor {id} from the line");
+        return respond::json(
+            StatusCode::OK,
+            &json!({ "kicked": id, "banned": false, "ban_seconds": 0 }),
+        );
+    }
+    if !app.abuse.enabled() {
+        return respond::error(StatusCode::CONFLICT, &BanError::Disabled.to_string());
+    }
+    let Some(client) = entry.info.client else {
+        return respond::error(
+            StatusCode::CONFLICT,
+            "that visitor has no known address to ban",
+        );
+    };
+    let Some(length) = app
+        .abuse
+        .ban_escalating(client, "removed from the line and banned in the portal")
+    else {
+        return respond::error(StatusCode::CONFLICT, &BanError::Exempt.to_string());
+    };
+    // The ban clears the address's places in line; this one goes even if it was not listed
+    // under that address any more.
+    app.room.remove_token(&ticket);
+    tracing::info!("portal: {actor} removed visitor {id} from the line and banned {client}");
+    let answer = respond::json(
+        StatusCode::OK,
+        &json!({
+            "kicked": id,
+            "banned": true,
+            "ban_seconds": length.retry_after_secs().unwrap_or(0),
+        }),
+    );
+    match app.flush_bans() {
+        Ok(()) => answer,
+        Err(error) => {
+            tracing::error!("portal: cannot save bans: {error}");
+            respond::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("the change is in effect but could not be saved: {error}"),
+            )
+        }
     }
 }
 

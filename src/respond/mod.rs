@@ -76,6 +76,8 @@ pub enum Rejection {
     BodyTooLarge,
     /// The page uploads being buffered already take `-upload-disk-limit`: try again shortly.
     UploadsBusy,
+    /// An operator removed this visitor's ticket from the line.
+    RemovedFromLine,
 }
 
 impl Rejection {
@@ -95,7 +97,9 @@ impl Rejection {
             | Rejection::UploadsBusy => StatusCode::SERVICE_UNAVAILABLE,
             Rejection::Unauthorized => StatusCode::UNAUTHORIZED,
             Rejection::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            Rejection::Banned(BanLength::Permanent) | Rejection::NoPass => StatusCode::FORBIDDEN,
+            Rejection::Banned(BanLength::Permanent)
+            | Rejection::NoPass
+            | Rejection::RemovedFromLine => StatusCode::FORBIDDEN,
             Rejection::Banned(BanLength::Timed(_))
             | Rejection::AssetUserPoolFull
             | Rejection::AddressLineFull { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -178,6 +182,9 @@ impl Rejection {
                     Some(content_type),
                     Body::from(pages::banned_body(length, html)),
                 )
+            }
+            Rejection::RemovedFromLine => {
+                page_or_json(pages::removed_page(), pages::REMOVED_JSON.to_owned())
             }
             Rejection::BadRequest(reason) => {
                 (Some(TEXT), Body::from(format!("bad request: {reason}\n")))

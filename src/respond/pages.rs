@@ -50,6 +50,21 @@ pub(super) fn address_line_full_json(retry_after: u32) -> String {
     )
 }
 
+/// For a visitor an operator removed from the line: what happened, and the way back in.
+pub(super) fn removed_page() -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<title>Removed from the line</title>\
+<link rel=\"stylesheet\" href=\"{WAITING_STYLESHEET}\"></head>\
+<body><main class=\"card\"><h1>You were removed from the line</h1>\
+<p>The site's operator took your place in the waiting line away. You can join the line \
+again at the back.</p><p><a href=\"/\">Rejoin the line</a></p></main></body></html>"
+    )
+}
+
+pub(super) const REMOVED_JSON: &str = r#"{"error":"removed from the queue","removed":true}"#;
+
 /// The page for a form the priority lane could not take: it was not delivered, so the visitor
 /// must know to send it again.
 pub(super) fn busy_page(retry_after: u32) -> String {

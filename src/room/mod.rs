@@ -8,6 +8,7 @@
 //! vocabulary of arrivals and figures in `visit`.
 
 mod estimate;
+mod kicks;
 mod ledger;
 mod line;
 pub mod page;
@@ -96,6 +97,7 @@ impl Room {
             hook: RwLock::new(None),
             address_exemption: RwLock::new(None),
             seal,
+            kicks: kicks::Kicks::default(),
             epoch,
         });
         Arc::new(Room {
@@ -187,6 +189,41 @@ impl Room {
         drop(shard);
         bump(&shared.counters.removed, 1);
         true
+    }
+
+    /// Removes a visitor and remembers its ticket for `remember_for`, so its next request is
+    /// told it was removed ([`Room::was_removed`]) rather than queued again. False when the
+    /// ticket is not in the line.
+    pub fn remove_and_remember(&self, token: &str, remember_for: Duration) -> bool {
+        let Some(id) = parse_token(token) else {
+            return false;
+        };
+        if !self.remove_token(token) {
+            return false;
+        }
+        let now = self.shared.now_ms();
+        self.shared
+            .kicks
+            .remember(id, now.saturating_add(duration_ms(remember_for)), now);
+        true
+    }
+
+    /// Whether `token` belongs to a visitor an operator removed from the line lately.
+    pub fn was_removed(&self, token: &str) -> bool {
+        if self.shared.kicks.is_empty() {
+            return false;
+        }
+        parse_token(token).is_some_and(|id| self.shared.kicks.contains(&id, self.shared.now_ms()))
+    }
+
+    /// How many removed tickets are remembered now (some may have just run out).
+    pub fn removed_remembered(&self) -> usize {
+        self.shared.kicks.len()
+    }
+
+    /// Forgets removed tickets whose time is over; returns how many are still remembered.
+    pub fn prune_removed(&self) -> usize {
+        self.shared.kicks.prune(self.shared.now_ms())
     }
 
     /// Claims and retires every visitor matching `pred`, one shard at a time. `pred` runs with that

@@ -105,6 +105,8 @@ pub(super) struct Shared {
     pub(super) address_exemption: RwLock<Option<AddressExemption>>,
     /// Seals new tickets and recognises old ones.
     pub(super) seal: TicketSeal,
+    /// Tickets of visitors an operator removed, remembered for a while.
+    pub(super) kicks: super::kicks::Kicks,
     pub(super) epoch: Instant,
 }
 

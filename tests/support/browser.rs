@@ -222,9 +222,23 @@ impl Browser {
 
     /// Opens a new tab and attaches to it.
     pub async fn new_page(&self) -> Result<Page, String> {
+        self.open_target(false).await
+    }
+
+    /// A page in a window of its own: pages that share a window are tabs, and only the front
+    /// one counts as visible (a page that pauses while hidden would stop there).
+    pub async fn new_window(&self) -> Result<Page, String> {
+        self.open_target(true).await
+    }
+
+    async fn open_target(&self, new_window: bool) -> Result<Page, String> {
         let created = self
             .connection
-            .call("Target.createTarget", json!({ "url": "about:blank" }), None)
+            .call(
+                "Target.createTarget",
+                json!({ "url": "about:blank", "newWindow": new_window }),
+                None,
+            )
             .await?;
         let target_id = string_field(&created, "targetId")?;
         let attached = self

@@ -86,12 +86,6 @@
 
   document.querySelector('[data-action="new-ban"]').addEventListener("click", function () { open(null); });
 
-  // Other tabs ban a client they list through the same dialog.
-  portal.openBan = function (address) {
-    open(null);
-    client.value = address;
-  };
-
   // Lifting a ban asks for a second click on the same button within a few seconds.
   table.element.addEventListener("click", function (event) {
     var button = event.target.closest("[data-action]");

@@ -1,4 +1,5 @@
-// The Queue tab: the front of the line, moving a visitor to the front, banning its address.
+// The Queue tab: the front of the line, moving a visitor to the front, removing one (and
+// banning its address). Removing takes a second click on the same button.
 (function () {
   "use strict";
   var portal = window.ConcertPortal;
@@ -16,8 +17,24 @@
         else portal.toast(answer.body.error || "could not move the visitor", true);
         table.reload();
       });
-    } else if (button.dataset.action === "ban-visitor" && portal.openBan) {
-      portal.openBan(button.dataset.client);
+    } else if (button.dataset.action === "kick" || button.dataset.action === "kick-ban") {
+      if (!button.classList.contains("confirming")) {
+        var icon = button.innerHTML;
+        button.classList.add("confirming");
+        button.textContent = button.dataset.action === "kick" ? "Remove?" : "Remove and ban?";
+        window.setTimeout(function () {
+          button.classList.remove("confirming");
+          button.innerHTML = icon;
+        }, 4000);
+        return;
+      }
+      var ban = button.dataset.action === "kick-ban";
+      button.disabled = true;
+      portal.sendJSON("POST", "/api/queue/kick", { id: button.dataset.id, ban: ban }).then(function (answer) {
+        if (answer.ok) portal.toast(ban ? "Removed from the line and banned" : "Removed from the line");
+        else portal.toast(answer.body.error || "could not remove the visitor", true);
+        table.reload();
+      });
     }
   });
 
