@@ -274,3 +274,56 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
         .unwrap();
     assert_eq!(answer.status(), reqwest::StatusCode::UNAUTHORIZED);
 }
+
+/// Makes `docs/portal-overview.png`, the README's picture of the Overview: the real binary with
+/// its demo origin and crowd, watched for a minute so the charts have something to show.
+/// `cargo test --test browser_portal -- --ignored` makes it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "takes a minute; run by hand to refresh the README's screenshot"]
+async fn docs_screenshot_of_the_overview() {
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let portal_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let main_addr = listen.local_addr().unwrap().to_string();
+    drop(listen);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_concert"))
+        .args([
+            "-demo",
+            "-listen",
+            &main_addr,
+            "-portal-listen",
+            &format!("127.0.0.1:{portal_port}"),
+            "-data-dir=",
+        ])
+        .env("CONCERT_PORTAL_PASS", PASS)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    let browser = Browser::launch().await.expect("headless Chromium");
+    let page = browser.new_page().await.unwrap();
+    page.set_viewport(1280, 900, false).await.unwrap();
+    page.goto(&format!("http://127.0.0.1:{portal_port}/"))
+        .await
+        .unwrap();
+    page.eval(&format!(
+        "document.getElementById('pass').value = {PASS:?}; document.querySelector('form').submit(); true"
+    ))
+    .await
+    .unwrap();
+    page.wait_for(
+        "document.querySelectorAll('.uplot canvas').length >= 3 && document.querySelector('[data-stat=\"cap\"]').textContent !== '—'",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/portal-overview.png");
+    page.screenshot(&path).await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+}
