@@ -12,6 +12,7 @@ mod auth;
 mod local_user;
 mod pages;
 mod respond;
+mod settings;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,6 +116,12 @@ pub fn router(portal: Arc<Portal>) -> Router {
     let api = Router::new()
         .route("/api/overview", get(api::overview))
         .route("/api/series", get(api::series))
+        .route(
+            "/api/settings",
+            get(settings::show)
+                .post(settings::change)
+                .delete(settings::reset),
+        )
         .layer(middleware::from_fn_with_state(
             portal.clone(),
             require_session,
