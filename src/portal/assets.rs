@@ -37,6 +37,7 @@ pub(crate) static ASSETS: &[Asset] = &[
     asset!("css/portal-dark.css", CSS),
     asset!("css/portal-light.css", CSS),
     asset!("js/portal.js", JS),
+    asset!("js/portal-settings.js", JS),
 ];
 
 /// `GET /assets/*path`: an exact name from [`ASSETS`] (so `..`, other directories and the
