@@ -41,6 +41,7 @@
     group: "",      // the group shown; "" shows all
     filter: "",
     busy: false,    // a save or reset is on its way
+    changes: 0,     // saves and resets sent; a poll begun before one is stale
     persisted: false
   };
 
@@ -386,6 +387,7 @@
 
   function busy(on) {
     state.busy = on;
+    if (on) state.changes += 1;
     Object.keys(state.rows).forEach(showRow);
     showToolbar();
   }
@@ -458,8 +460,10 @@
 
   function refresh() {
     if (state.busy) return;
+    var asked = state.changes;
     portal.getJSON("/api/settings").then(function (view) {
-      if (!state.busy) take(view);
+      // A save or reset answered meanwhile with newer values than this poll's.
+      if (!state.busy && asked === state.changes) take(view);
     }).catch(function () { /* next round */ });
   }
 
