@@ -250,9 +250,31 @@ pub enum ChangeError {
     /// The change itself is wrong (400); nothing was applied or written.
     #[error("{0}")]
     Invalid(String),
+    /// Values refused one by one, each under its key (400), so a form can show every problem
+    /// beside its field; nothing was applied or written.
+    #[error("{}", Problem::joined(.0))]
+    Refused(Vec<Problem>),
     /// The change is valid but could not be saved (500); nothing was applied.
     #[error("the change was not applied because it could not be saved: {0}")]
     Persist(String),
+}
+
+/// One refused value of a live change: the settings key and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub key: String,
+    pub message: String,
+}
+
+impl Problem {
+    /// Every message, as one line.
+    pub fn joined(problems: &[Problem]) -> String {
+        problems
+            .iter()
+            .map(|problem| problem.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }
 
 impl App {
@@ -347,7 +369,10 @@ impl App {
         &self,
         edit: impl FnOnce(&mut Config, &Config) -> Result<(), String>,
     ) -> Result<Arc<Generation>, ChangeError> {
-        self.change_settings_inner(edit, true)
+        self.change_settings_inner(
+            |config, baseline| edit(config, baseline).map_err(ChangeError::Invalid),
+            true,
+        )
     }
 
     /// Sets `changes` (settings-file keys and JSON values, checked one by one) and resets `resets`
@@ -357,29 +382,53 @@ impl App {
         changes: &serde_json::Map<String, serde_json::Value>,
         resets: &[String],
     ) -> Result<Arc<Generation>, ChangeError> {
+        self.apply_change_guarded(changes, resets, |_| Ok(()))
+    }
+
+    /// As [`App::apply_change`], with `guard` judging the edited settings as well; its problem
+    /// is reported with the others. A caller's own rule runs under the same lock as the change,
+    /// so it judges exactly what would be applied.
+    pub fn apply_change_guarded(
+        &self,
+        changes: &serde_json::Map<String, serde_json::Value>,
+        resets: &[String],
+        guard: impl FnOnce(&Config) -> Result<(), Problem>,
+    ) -> Result<Arc<Generation>, ChangeError> {
         if changes.is_empty() && resets.is_empty() {
             return Err(ChangeError::Invalid("nothing to change".into()));
         }
-        self.change_settings(|config, baseline| {
-            let mut problems = Vec::new();
-            let mut keys: Vec<&String> = changes.keys().collect();
-            keys.sort();
-            for key in keys {
-                if let Err(problem) = config.set_json(key, &changes[key]) {
+        self.change_settings_inner(
+            |config, baseline| {
+                let mut problems = Vec::new();
+                let mut keys: Vec<&String> = changes.keys().collect();
+                keys.sort();
+                for key in keys {
+                    if let Err(message) = config.set_json(key, &changes[key]) {
+                        problems.push(Problem {
+                            key: key.clone(),
+                            message,
+                        });
+                    }
+                }
+                for key in resets {
+                    if let Err(message) = config.reset_from(key, baseline) {
+                        problems.push(Problem {
+                            key: key.clone(),
+                            message,
+                        });
+                    }
+                }
+                if let Err(problem) = guard(config) {
                     problems.push(problem);
                 }
-            }
-            for key in resets {
-                if let Err(problem) = config.reset_from(key, baseline) {
-                    problems.push(problem);
+                if problems.is_empty() {
+                    Ok(())
+                } else {
+                    Err(ChangeError::Refused(problems))
                 }
-            }
-            if problems.is_empty() {
-                Ok(())
-            } else {
-                Err(problems.join("; "))
-            }
-        })
+            },
+            true,
+        )
     }
 
     /// Re-reads settings.json (SIGHUP): the file's values on top of the pre-file baseline. An
@@ -393,7 +442,8 @@ impl App {
         self.change_settings_inner(
             |config, baseline| {
                 let mut fresh = baseline.clone();
-                store::apply_settings_file(&dir, &mut fresh).map_err(|e| e.to_string())?;
+                store::apply_settings_file(&dir, &mut fresh)
+                    .map_err(|e| ChangeError::Invalid(e.to_string()))?;
                 *config = fresh;
                 Ok(())
             },
@@ -403,13 +453,13 @@ impl App {
 
     fn change_settings_inner(
         &self,
-        edit: impl FnOnce(&mut Config, &Config) -> Result<(), String>,
+        edit: impl FnOnce(&mut Config, &Config) -> Result<(), ChangeError>,
         save: bool,
     ) -> Result<Arc<Generation>, ChangeError> {
         let _serial = self.change_lock.lock();
         let current = self.generation.load_full();
         let mut next = Config::clone(&current.config);
-        edit(&mut next, &self.baseline).map_err(ChangeError::Invalid)?;
+        edit(&mut next, &self.baseline)?;
         next.validate()
             .map_err(|e| ChangeError::Invalid(e.to_string()))?;
         let generation = Generation::build(Arc::new(next), Some(&current), &self.upstream_failures)

@@ -35,7 +35,7 @@ mod wire;
 #[allow(unreachable_pub)]
 mod test_origins;
 
-pub use app::{App, BuildError, ChangeError, Counters, Generation};
+pub use app::{App, BuildError, ChangeError, Counters, Generation, Problem};
 pub use lifecycle::{
     QUEUE_SNAPSHOT_EVERY, Running, StartError, VERSION, run, run_to_end, start, start_on_workers,
 };

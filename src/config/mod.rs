@@ -404,10 +404,7 @@ impl Config {
     pub fn set_json(&mut self, key: &str, value: &serde_json::Value) -> Result<(), String> {
         let (index, def) = setting(key).ok_or_else(|| format!("unknown setting {key:?}"))?;
         if def.restart {
-            return Err(format!(
-                "{key} cannot be changed while running: set {} in concert.env and restart",
-                def.env
-            ));
+            return Err(restart_only(def));
         }
         let parsed = value::parse_json(def, value)
             .and_then(|parsed| value::check_parsed(def, &parsed).map(|()| parsed))
@@ -420,9 +417,13 @@ impl Config {
     }
 
     /// Restores `key` (value and source) from `baseline`, the config as it was before the
-    /// settings file was applied.
+    /// settings file was applied. Restart-only keys are refused as [`Config::set_json`] refuses
+    /// them: they were never changed, and a reset that seemed to work would mislead.
     pub fn reset_from(&mut self, key: &str, baseline: &Config) -> Result<(), String> {
         let (index, def) = setting(key).ok_or_else(|| format!("unknown setting {key:?}"))?;
+        if def.restart {
+            return Err(restart_only(def));
+        }
         value::copy((def.get_mut)(self), (def.get)(baseline))?;
         if let Some(source) = self.sources.get_mut(index) {
             *source = baseline.source(key);
@@ -520,6 +521,14 @@ impl Config {
     pub fn ban_path_matcher(&self) -> BanPathMatcher {
         BanPathMatcher::new(&self.ban_paths)
     }
+}
+
+/// Why a restart-only setting cannot be changed or reset while running.
+fn restart_only(def: &SettingDef) -> String {
+    format!(
+        "{} cannot be changed while running: set {} in concert.env and restart",
+        def.key, def.env
+    )
 }
 
 /// `scheme://user:password@host/...` → `scheme://host/...`; other text is returned as it is.

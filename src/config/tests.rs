@@ -735,6 +735,15 @@ fn set_json_restart_only_message_names_the_env_var() {
 }
 
 #[test]
+fn reset_refuses_restart_only_keys_as_set_does() {
+    let baseline = Config::default();
+    let mut config = baseline.clone();
+    let error = config.reset_from("portal_listen", &baseline).unwrap_err();
+    assert!(error.contains("CONCERT_PORTAL_LISTEN"), "{error}");
+    assert!(config.reset_from("nope", &baseline).is_err());
+}
+
+#[test]
 fn set_json_accepts_typed_values_and_trims_strings() {
     let mut config = Config::default();
     config.set_json("cap", &json!(9)).unwrap();

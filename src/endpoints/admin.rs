@@ -115,7 +115,7 @@ pub(super) async fn set_cap(
 /// A refused change: the caller's mistake (400) or a failed save (500, nothing applied).
 fn change_error(error: &ChangeError) -> Response<Body> {
     let status = match error {
-        ChangeError::Invalid(_) => StatusCode::BAD_REQUEST,
+        ChangeError::Invalid(_) | ChangeError::Refused(_) => StatusCode::BAD_REQUEST,
         ChangeError::Persist(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error_json(status, &error.to_string())

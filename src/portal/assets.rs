@@ -40,6 +40,7 @@ pub(crate) static ASSETS: &[Asset] = &[
     asset!("js/portal-tables.js", JS),
     asset!("js/portal-bans.js", JS),
     asset!("js/portal-queue.js", JS),
+    asset!("js/portal-settings.js", JS),
 ];
 
 /// `GET /assets/*path`: an exact name from [`ASSETS`] (so `..`, other directories and the

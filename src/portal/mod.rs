@@ -15,6 +15,7 @@ mod local_user;
 mod pages;
 mod queue;
 mod respond;
+mod settings;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,6 +129,12 @@ pub fn router(portal: Arc<Portal>) -> Router {
         .route("/api/queue/promote", post(queue::promote))
         .route("/api/queue/kick", post(queue::kick))
         .route("/api/frag/queue", get(queue::fragment))
+        .route(
+            "/api/settings",
+            get(settings::show)
+                .post(settings::change)
+                .delete(settings::reset),
+        )
         .layer(middleware::from_fn_with_state(
             portal.clone(),
             require_session,
