@@ -1,0 +1,148 @@
+//! The admin portal's tables as an operator's browser asks for them every three seconds: the
+//! Queue fragment with 500 visitors listed (the most it shows) and the Bans fragment with 1,000
+//! bans, each one whole request to a running portal on loopback (session check, listing,
+//! rendering, JSON). What five operators polling cost follows from these: five requests every
+//! three seconds.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use concert::abuse::{BanLength, BanTarget};
+use concert::config::{self, Loaded};
+use concert::room::{AdmitResult, Arrival, Decision};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+const PASS: &str = "a portal pass for the benchmark";
+
+struct Running {
+    concert: concert::Running,
+    client: reqwest::Client,
+    base: String,
+    cookie: String,
+    /// Holds the only page slot, so arrivals wait in line.
+    _slot: Box<dyn std::any::Any>,
+}
+
+async fn start() -> Running {
+    let argv: Vec<String> = [
+        "-upstream",
+        "http://127.0.0.1:9",
+        "-cap",
+        "1",
+        "-portal-listen",
+        "127.0.0.1:0",
+        "-data-dir=",
+        "-max-queue",
+        "0",
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    let env = HashMap::from([("CONCERT_PORTAL_PASS".to_string(), PASS.to_string())]);
+    let Ok(Loaded::Run(config)) = config::load(&argv, &env) else {
+        panic!("the benchmark's configuration is refused");
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let concert = concert::start(*config, Some(listener)).await.unwrap();
+    let room = &concert.app.room;
+    let client_at = |index: u32| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + index));
+    let Decision::Admit(admission) = room.arrive(Arrival {
+        ticket_cookie: None,
+        pass_cookie: None,
+        client: Some(client_at(0)),
+    }) else {
+        panic!("the first arrival is admitted");
+    };
+    let AdmitResult::Admitted(slot) = room.admit(admission).await else {
+        panic!("the first arrival takes the slot");
+    };
+    for index in 1..=500 {
+        let waiting = room.arrive(Arrival {
+            ticket_cookie: None,
+            pass_cookie: None,
+            client: Some(client_at(index)),
+        });
+        assert!(matches!(waiting, Decision::Wait(_)));
+    }
+    for index in 0..1000u32 {
+        let target = BanTarget::Single(IpAddr::V4(Ipv4Addr::from(0xc633_6400 + index)));
+        concert
+            .app
+            .abuse
+            .ban(target, BanLength::Timed(Duration::from_secs(3600)))
+            .unwrap();
+    }
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let base = format!("http://{}", concert.portal_addr.unwrap());
+    let signed_in = client
+        .post(format!("{base}/login"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("pass={}", PASS.replace(' ', "+")))
+        .send()
+        .await
+        .unwrap();
+    let cookie = signed_in
+        .headers()
+        .get("set-cookie")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|line| line.split(';').next())
+        .expect("a session cookie")
+        .to_owned();
+    Running {
+        concert,
+        client,
+        base,
+        cookie,
+        _slot: Box::new(slot),
+    }
+}
+
+fn fragments(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let running = runtime.block_on(start());
+    let fetch = |path: &str| {
+        runtime.block_on(async {
+            let answer = running
+                .client
+                .get(format!("{}{path}", running.base))
+                .header("Cookie", &running.cookie)
+                .send()
+                .await
+                .unwrap();
+            assert!(answer.status().is_success());
+            answer.bytes().await.unwrap()
+        })
+    };
+    let listed = fetch("/api/frag/queue?size=100");
+    assert!(
+        std::str::from_utf8(&listed)
+            .unwrap()
+            .contains("500 waiting shown")
+    );
+    c.bench_function("portal/queue_fragment_500_listed", |b| {
+        b.iter(|| fetch("/api/frag/queue?size=100"))
+    });
+    c.bench_function("portal/bans_fragment_1000_bans", |b| {
+        b.iter(|| fetch("/api/frag/bans?size=100"))
+    });
+    c.bench_function("portal/overview", |b| b.iter(|| fetch("/api/overview")));
+    drop(running.concert);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(5))
+        .warm_up_time(Duration::from_secs(1));
+    targets = fragments
+}
+criterion_main!(benches);
