@@ -9,14 +9,13 @@ use crate::store;
 use super::{StartError, VERSION};
 
 /// Settings of parts this version does not have yet (HTTPS with automatic certificates, the
-/// admin portal and its history, the fast lane): they are parsed and checked so an existing
+/// admin portal, the fast lane): they are parsed and checked so an existing
 /// configuration loads, but they do nothing, and an operator who set one must hear so.
 const UNAVAILABLE_PARTS: &[(&str, &str)] = &[
     ("portal_listen", "the admin portal"),
     ("portal_allow", "the admin portal"),
     ("portal_session_ttl", "the admin portal"),
     ("portal_secure_cookie", "the admin portal"),
-    ("history_log", "the request history"),
     ("fastlane_config", "the fast lane"),
     ("networks_config", "the fast lane's payments"),
     ("fastlane_entry_ttl", "the fast lane"),
