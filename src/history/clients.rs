@@ -320,19 +320,22 @@ impl Shard {
     }
 
     /// The slot of `ip`'s client, created when missing; makes room first when the shard is
-    /// full. Returns whether a client was pushed out for it.
-    fn slot_for(&mut self, ip: IpAddr, at: i64) -> (u32, bool) {
+    /// full. Returns the client pushed out for it, for the caller to drop once the lock is
+    /// released (a hundred entries take a while to free).
+    fn slot_for(&mut self, ip: IpAddr, at: i64) -> (u32, Option<Client>) {
         let bits = ip_bits(ip);
         if let Some(slot) = self.index.get(&bits) {
-            return (*slot, false);
+            return (*slot, None);
         }
-        let mut evicted = false;
+        let mut evicted = None;
         if self.index.len() >= PER_SHARD {
             let victim = match self.lists[0].head {
                 NIL => self.lists[1].head,
                 head => head,
             };
-            evicted = victim != NIL && self.remove(victim).is_some();
+            if victim != NIL {
+                evicted = self.remove(victim);
+            }
         }
         let client = Some(Client::new(ip, at));
         let slot = match self.free.pop() {
@@ -355,8 +358,8 @@ impl Shard {
         (slot, evicted)
     }
 
-    /// Removes the clients `keep` refuses; returns how many went.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(&Client) -> bool) -> usize {
+    /// Takes out the clients `keep` refuses.
+    pub(super) fn take_unless(&mut self, mut keep: impl FnMut(&Client) -> bool) -> Vec<Client> {
         let doomed: Vec<u32> = self
             .slots
             .iter()
@@ -364,10 +367,10 @@ impl Shard {
             .filter(|(_, slot)| slot.client.as_ref().is_some_and(|c| !keep(c)))
             .map(|(index, _)| index as u32)
             .collect();
-        for slot in &doomed {
-            self.remove(*slot);
-        }
-        doomed.len()
+        doomed
+            .into_iter()
+            .filter_map(|slot| self.remove(slot))
+            .collect()
     }
 }
 
@@ -414,9 +417,6 @@ impl Clients {
     pub(super) fn store(&self, ip: IpAddr, mut entry: Entry, agent: Option<&str>) -> Stored {
         let mut shard = self.shard(ip).lock();
         let (slot, evicted) = shard.slot_for(ip, entry.at);
-        if evicted {
-            self.evicted.fetch_add(1, Ordering::Relaxed);
-        }
         let mut stored = Stored::default();
         if let Some(client) = shard.client_mut(slot) {
             client.seen_at(entry.at);
@@ -443,26 +443,38 @@ impl Clients {
             }
             if client.entries.len() >= PER_CLIENT {
                 client.entries.pop_front();
+            } else if client.entries.len() == client.entries.capacity() {
+                // Grown by doubling but never past the ring's size.
+                let len = client.entries.len();
+                let more = len.max(4).min(PER_CLIENT - len);
+                client.entries.reserve_exact(more);
             }
             client.entries.push_back(entry);
         }
         shard.touch(slot);
+        drop(shard);
+        self.count_eviction(evicted);
         stored
+    }
+
+    fn count_eviction(&self, evicted: Option<Client>) {
+        if evicted.is_some() {
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Adds `count` blocked requests summed up in the log (replay).
     pub(super) fn store_summed(&self, ip: IpAddr, at: i64, count: u64) {
         let mut shard = self.shard(ip).lock();
         let (slot, evicted) = shard.slot_for(ip, at);
-        if evicted {
-            self.evicted.fetch_add(1, Ordering::Relaxed);
-        }
         if let Some(client) = shard.client_mut(slot) {
             client.seen_at(at);
             client.requests += count;
             client.blocked += count;
         }
         shard.touch(slot);
+        drop(shard);
+        self.count_eviction(evicted);
     }
 
     /// Marks the request of `ip` made at `at` to `path` as the trigger of window `ban`, unless
@@ -535,7 +547,12 @@ impl Clients {
     pub(super) fn forget_idle(&self, cutoff: i64) -> usize {
         self.shards
             .iter()
-            .map(|shard| shard.lock().retain(|client| client.last_seen >= cutoff))
+            .map(|shard| {
+                let gone = shard
+                    .lock()
+                    .take_unless(|client| client.last_seen >= cutoff);
+                gone.len()
+            })
             .sum()
     }
 }

@@ -371,7 +371,7 @@ impl History {
                 && (pending.cause == BanCause::BanPath) == seen.banned
         })?;
         let pending = windows.pending.swap_remove(index);
-        self.pending.fetch_sub(1, Ordering::AcqRel);
+        self.pending.store(windows.pending.len(), Ordering::Release);
         let trigger = Trigger {
             client: seen.client,
             method: MethodText::new(seen.method.as_str()),
@@ -438,7 +438,7 @@ impl History {
                             began: now,
                             cause: notice.cause,
                         });
-                        self.pending.fetch_add(1, Ordering::AcqRel);
+                        self.pending.store(windows.pending.len(), Ordering::Release);
                     }
                 }
             }
@@ -508,12 +508,9 @@ impl History {
                 .drain(..)
                 .partition(|p| p.began.saturating_add(grace) <= now);
             windows.pending = waiting;
+            self.pending.store(windows.pending.len(), Ordering::Release);
             due
         };
-        if due.is_empty() {
-            return;
-        }
-        self.pending.fetch_sub(due.len(), Ordering::AcqRel);
         let lookback = crate::abuse::nanos(TRIGGER_LOOKBACK);
         for pending in due {
             let Some((client, entry)) = self.clients.newest_unblocked(
@@ -630,7 +627,9 @@ impl History {
         let now = self.now();
         let cutoff = now.saturating_sub(crate::abuse::nanos(RETENTION));
         self.clients.forget_idle(cutoff);
-        self.windows.lock().forget_ended(cutoff, now);
+        let mut windows = self.windows.lock();
+        windows.forget_ended(cutoff, now);
+        self.pending.store(windows.pending.len(), Ordering::Release);
     }
 }
 

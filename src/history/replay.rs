@@ -254,8 +254,8 @@ fn apply_ban(history: &History, line: &LineIn<'_>) -> Option<Applied> {
     let scope = line
         .scope
         .as_deref()
-        .or(line.target.as_deref())
-        .and_then(parse_scope)?;
+        .and_then(parse_scope)
+        .or_else(|| line.target.as_deref().and_then(parse_scope))?;
     let until = if line.permanent {
         FOREVER
     } else {

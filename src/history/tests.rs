@@ -184,6 +184,14 @@ fn each_client_keeps_its_latest_hundred_requests_newest_first() {
     assert_eq!(detail.client.errors, 0);
     assert_eq!(detail.entries[0].latency_ms, 3.0);
     assert_eq!(detail.entries[0].user_agent, "curl/8");
+    let ring = lab
+        .history
+        .clients
+        .shard(ip("203.0.113.5"))
+        .lock()
+        .get(ip("203.0.113.5"))
+        .map(|client| client.entries.capacity());
+    assert_eq!(ring, Some(PER_CLIENT), "the ring never grows past its size");
     let other = lab.detail("198.51.100.7");
     assert_eq!(other.client.errors, 1);
     assert_eq!(other.client.last_path, "/other?x=1");
