@@ -54,7 +54,12 @@ impl MethodText {
     }
 
     pub(super) fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+
+    /// The bytes of the method's text (always a whole `str`).
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
     }
 }
 
@@ -307,6 +312,10 @@ impl Shard {
         let list = self
             .client(slot)
             .map_or(0, |client| u8::from(client.flagged()));
+        // A busy client is usually at the back already.
+        if self.lists[usize::from(list)].tail == slot {
+            return;
+        }
         self.unlink(slot);
         self.push_back(slot, list);
     }
@@ -413,8 +422,15 @@ impl Clients {
         self.shards.iter().map(|shard| shard.lock().len()).sum()
     }
 
-    /// Stores one request of `ip`. `agent` is the request's browser as kept.
-    pub(super) fn store(&self, ip: IpAddr, mut entry: Entry, agent: Option<&str>) -> Stored {
+    /// Stores one request of `ip`. `agent` is the request's browser as kept; `for_log` asks
+    /// for its kept text back.
+    pub(super) fn store(
+        &self,
+        ip: IpAddr,
+        mut entry: Entry,
+        agent: Option<&str>,
+        for_log: bool,
+    ) -> Stored {
         let mut shard = self.shard(ip).lock();
         let (slot, evicted) = shard.slot_for(ip, entry.at);
         let mut stored = Stored::default();
@@ -439,7 +455,10 @@ impl Clients {
             match entry.agent {
                 NO_AGENT => {}
                 OTHER_AGENT => stored.other_agent = true,
-                index => stored.agent = client.agents.get(usize::from(index) - 1).cloned(),
+                index if for_log => {
+                    stored.agent = client.agents.get(usize::from(index) - 1).cloned();
+                }
+                _ => {}
             }
             if client.entries.len() >= PER_CLIENT {
                 client.entries.pop_front();

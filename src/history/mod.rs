@@ -298,9 +298,15 @@ impl History {
             } else {
                 0
             };
+        let log = self.log.get();
+        // The log shares the entry's copy of the target.
+        let (path, logged_path) = match log {
+            Some(_) => (path.clone(), Some(path)),
+            None => (path, None),
+        };
         let entry = Entry {
             at,
-            path: path.clone(),
+            path,
             ban,
             latency_us,
             status: seen.status,
@@ -309,8 +315,10 @@ impl History {
             flags,
             rank: seen.rank,
         };
-        let stored = self.clients.store(seen.client, entry, agent.as_deref());
-        let Some(log) = self.log.get() else {
+        let stored = self
+            .clients
+            .store(seen.client, entry, agent.as_deref(), log.is_some());
+        let (Some(log), Some(path)) = (log, logged_path) else {
             return;
         };
         if blocked && !stored.raw_line {

@@ -218,7 +218,7 @@ fn apply_req(history: &History, line: &LineIn<'_>, cutoff: i64) -> Option<Applie
         .ua
         .as_deref()
         .map(|ua| super::clients::truncate_chars(ua, super::AGENT_LEN));
-    history.clients.store(ip, entry, agent);
+    history.clients.store(ip, entry, agent, false);
     Some(Applied::Yes)
 }
 

@@ -883,6 +883,51 @@ fn lines_carry_kind_and_time_and_leave_out_what_is_zero() {
 }
 
 #[test]
+fn addresses_and_times_are_written_as_their_display_forms() {
+    let mut out = Vec::new();
+    let times = [
+        0,
+        1_767_225_600 * SECOND,
+        1_767_225_600 * SECOND + 120_000_000,
+        1_767_225_600 * SECOND + 120_000_001,
+        1_767_225_601 * SECOND + 999_999_999,
+        -5,
+        9_000_000_000 * SECOND + 7,
+    ];
+    for (n, at) in times.into_iter().enumerate() {
+        let client = ["0.0.0.0", "10.20.255.9", "2001:db8::1", "::ffff:1.2.3.4"][n % 4];
+        out.clear();
+        event::encode(
+            &Event::Lift {
+                at,
+                ban: 1,
+                by: Arc::from("x"),
+            },
+            &mut out,
+        );
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(line["at"], crate::abuse::record::WallTime(at).to_string());
+        out.clear();
+        event::encode(
+            &Event::Trig {
+                at,
+                ban: 1,
+                trigger: Box::new(windows::Trigger {
+                    client: ip(client),
+                    method: MethodText::new("GET"),
+                    path: Arc::from("/"),
+                    status: 200,
+                    at,
+                }),
+            },
+            &mut out,
+        );
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(line["trigger"]["client"], ip(client).to_string());
+    }
+}
+
+#[test]
 fn the_log_survives_a_restart_without_duplicates() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("history.jsonl");

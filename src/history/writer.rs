@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::WINDOW_ITEMS;
-use super::event::{Event, LineWriter, encode};
+use super::event::{Event, LineWriter, encode, field, kind};
 
 /// Events waiting for the writer at most.
 pub(super) const QUEUE: usize = 16_384;
@@ -331,13 +331,13 @@ impl Writer {
         let mut paths: Vec<(&str, u64)> = sum.paths.iter().map(|(p, n)| (&**p, *n)).collect();
         paths.sort_unstable();
         let start = self.buf.len();
-        LineWriter::begin(&mut self.buf, "agg", sum.last)
-            .number("ban", ban)
-            .display("ip", ip)
-            .time("first", sum.first)
-            .number("count", sum.count)
-            .counts("paths", paths.into_iter())
-            .number("other_paths", sum.other)
+        LineWriter::begin(&mut self.buf, kind!("agg"), sum.last)
+            .number(field!("ban"), ban)
+            .ip(field!("ip"), ip)
+            .time(field!("first"), sum.first)
+            .number(field!("count"), sum.count)
+            .counts(field!("paths"), paths.into_iter())
+            .number(field!("other_paths"), sum.other)
             .end();
         self.place_line(start);
     }
