@@ -13,6 +13,7 @@ use crate::abuse;
 use crate::admission::cookies::CookieAttrs;
 use crate::admission::{assets, pass, priority, streams};
 use crate::config::Config;
+use crate::history::History;
 use crate::paths::matchers::{PathSet, RouteTable};
 use crate::proxy::{self, FailureCounts, Proxy, ProxySettings};
 use crate::room::page::WaitingPage;
@@ -225,6 +226,8 @@ pub struct App {
     pub upstream_failures: Arc<FailureCounts>,
     /// Strikes, bans and range bans (process-wide; reconfigured on live changes).
     pub abuse: Arc<abuse::Registry>,
+    /// What each client asked for and which bans it met (kept with or without a portal).
+    pub history: Arc<History>,
     /// Signs and verifies admission passes and priority grants (secrets fixed for the process).
     pub pass: pass::PassSigner,
     /// Priority counters and grant handling.
@@ -308,7 +311,8 @@ impl App {
         let abuse = Arc::new(abuse::Registry::new(abuse::AbuseSettings::from_config(
             config,
         )));
-        wire_abuse(&abuse, &room);
+        let history = Arc::new(History::new(abuse.clone()));
+        wire_abuse(&abuse, &room, &history);
         let spool = match &data_dir {
             Some(dir) => store::SpoolDir::in_data_dir(dir.path()),
             None => Ok(store::SpoolDir::in_system_temp()),
@@ -320,6 +324,7 @@ impl App {
             counters: Counters::default(),
             upstream_failures,
             abuse,
+            history,
             pass,
             priority: priority::Priority::new(),
             change_lock: parking_lot::Mutex::new(()),
@@ -496,9 +501,16 @@ impl App {
 
 /// Connects the registry and the room both ways: a visitor queued without a `room_ticket` the
 /// room issued costs a strike (ticket churn), addresses the registry never bans are not held to
-/// the per-address ticket bound, and a ban removes the client's waiting visitors at once. Each
-/// is held weakly so the two do not keep each other alive.
-fn wire_abuse(abuse: &Arc<abuse::Registry>, room: &Arc<Room>) {
+/// the per-address ticket bound, and a ban removes the client's waiting visitors at once, then
+/// opens or updates its window in the history. Each is held weakly so the parts do not keep
+/// each other alive.
+fn wire_abuse(abuse: &Arc<abuse::Registry>, room: &Arc<Room>, history: &Arc<History>) {
+    let windows = Arc::downgrade(history);
+    abuse.set_ban_hook(Arc::new(move |notice: &abuse::BanNotice| {
+        if let Some(history) = windows.upgrade() {
+            history.on_ban(notice);
+        }
+    }));
     let line = Arc::downgrade(room);
     abuse.set_line_remover(Arc::new(
         move |banned: &dyn Fn(std::net::IpAddr) -> bool| {

@@ -5,7 +5,8 @@
 //! request to `pipeline`, whose `mod.rs` lists the stages in order: it identifies the client,
 //! checks bans ([`abuse`]), answers Concert's own routes ([`endpoints`]), lets admitted visitors
 //! through the asset and stream tiers ([`admission`]), queues everyone else in the [`room`], and
-//! sends what is admitted to the origin through `proxy`. The README's "How it is built" maps
+//! sends what is admitted to the origin through `proxy`; the [`history`] records what each
+//! client asked for and which bans it met. The README's "How it is built" maps
 //! every folder.
 
 #![warn(unreachable_pub)]
@@ -16,6 +17,7 @@ mod app;
 pub mod config;
 mod demo;
 pub mod endpoints;
+pub mod history;
 pub mod ipinfo;
 mod lifecycle;
 mod paths;

@@ -60,7 +60,7 @@ complete -c concert -l portal-listen -d 'Address of the admin portal listener (i
 complete -c concert -l portal-allow -d 'Addresses or CIDRs allowed to reach the portal, checked on the connecting socket (forwarded headers are ignored). [default: 127.0.0.1/32,::1/128] [env: CONCERT_PORTAL_ALLOW]' -r
 complete -c concert -l portal-session-ttl -d 'How long a portal sign-in lasts. At least 5m. [default: 8h0m0s] [env: CONCERT_PORTAL_SESSION_TTL]' -r
 complete -c concert -l portal-secure-cookie -d 'Mark the portal session cookie Secure; turn on when the portal is reached over HTTPS. [default: false] [env: CONCERT_PORTAL_SECURE_COOKIE]' -r
-complete -c concert -l history-log -d 'Request history file. Empty uses history.jsonl in the data directory; off keeps history in memory only. Not in this version yet (no effect). Restart to change. [default: ""] [env: CONCERT_HISTORY_LOG]' -r
+complete -c concert -l history-log -d 'Request history file. Empty uses history.jsonl in the data directory (memory only without one); off, none, false or 0 keep the history in memory only. Restart to change. [default: ""] [env: CONCERT_HISTORY_LOG]' -r
 complete -c concert -l data-dir -d 'Directory for settings.json, bans, the queue snapshot and history. Empty turns persistence off. [default: /var/lib/concert/data] [env: CONCERT_DATA_DIR]' -r
 complete -c concert -l demo -d 'Run a built-in demo origin. [default: false] [env: CONCERT_DEMO]' -r
 complete -c concert -l log-format -d 'Process log format: text or json. [default: text] [env: CONCERT_LOG_FORMAT]' -r

@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::config::{BanPathMatcher, CidrList, Config, PathList};
 
 pub use ranges::BanTarget;
-pub use registry::{AbuseStats, BanView, Registry};
+pub use registry::{AbuseStats, BanCause, BanHook, BanNotice, BanView, Registry};
 
 pub(crate) use record::{BanSnapshot, ImportReport};
 
@@ -69,7 +69,7 @@ impl Offense {
 }
 
 /// `banned_until` of a permanent ban.
-pub(crate) const FOREVER: i64 = i64::MAX;
+pub const FOREVER: i64 = i64::MAX;
 
 /// How long a ban lasts from now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -344,7 +344,6 @@ impl Ranges {
     }
 
     /// One range's ban, if present.
-    #[cfg(test)]
     pub(crate) fn get(&self, net: IpNet) -> Option<RangeBan> {
         self.table.load().get(net)
     }

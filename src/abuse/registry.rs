@@ -27,6 +27,34 @@ pub(crate) const V6_KEYS_PER_48: u32 = 64;
 /// The predicate is cheap and must not call back into the registry's caller.
 pub(crate) type LineRemover = Arc<dyn Fn(&dyn Fn(IpAddr) -> bool) -> usize + Send + Sync>;
 
+/// Told of every ban that begins or changes, after the banned visitors left the line. It runs
+/// on the thread that banned (often a request's), with no registry lock held.
+pub type BanHook = Arc<dyn Fn(&BanNotice) + Send + Sync>;
+
+/// What made a ban begin or change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BanCause {
+    /// Strikes added up within the window.
+    Strikes,
+    /// The client asked for a ban path.
+    BanPath,
+    /// An operator (admin API, portal, kick and ban).
+    Operator,
+}
+
+/// A ban that began or changed, as observers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BanNotice {
+    /// The addresses it covers: a client's /32 (IPv4), /64 or shared /48 (IPv6), or a range.
+    pub scope: IpNet,
+    pub range: bool,
+    /// Unix nanos; [`FOREVER`] = permanent.
+    pub until: i64,
+    /// A new offense (the scope was not banned just before), not a replaced end time.
+    pub fresh: bool,
+    pub cause: BanCause,
+}
+
 /// One active ban as operators see it (`GET /_room/abuse`, the portal). Field order is the JSON
 /// key order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -84,6 +112,8 @@ struct Counters {
 #[derive(Default)]
 struct LineDrop {
     remover: RwLock<Option<LineRemover>>,
+    /// Observer of bans; it runs after the line has been cleared.
+    ban_hook: RwLock<Option<BanHook>>,
     pending: Mutex<Vec<IpNet>>,
     draining: AtomicBool,
 }
@@ -141,6 +171,18 @@ impl Registry {
         *self.line.remover.write() = Some(remover);
     }
 
+    /// Who is told of every ban that begins or changes (the request history).
+    pub fn set_ban_hook(&self, hook: BanHook) {
+        *self.line.ban_hook.write() = Some(hook);
+    }
+
+    fn notify(&self, notice: BanNotice) {
+        let hook = self.line.ban_hook.read().clone();
+        if let Some(hook) = hook {
+            hook(&notice);
+        }
+    }
+
     /// A counter that moves whenever bans or offense history change.
     pub fn changes(&self) -> u64 {
         self.counters.changes.load(Ordering::Relaxed)
@@ -162,7 +204,7 @@ impl Registry {
             return Some(length);
         }
         if settings.is_ban_path(path) {
-            return self.ban_now(ip);
+            return self.ban_escalating(ip, BanCause::BanPath);
         }
         None
     }
@@ -224,7 +266,7 @@ impl Registry {
         match outcome {
             Some((banned, fresh)) => {
                 if let Some(length) = fresh {
-                    self.started(key, length, "strikes");
+                    self.started(key, length, now, BanCause::Strikes);
                 }
                 banned
             }
@@ -235,12 +277,12 @@ impl Registry {
     /// Bans at once, escalating (ban paths, "kick and ban"). Already banned → the time left, no
     /// new offense. Exempt or untrackable (table full) → `None`.
     pub fn ban_now(&self, ip: IpAddr) -> Option<BanLength> {
-        self.ban_escalating(ip, "ban path")
+        self.ban_escalating(ip, BanCause::Operator)
     }
 
-    /// An escalating ban (the next cooldown of the client's offense history) for `why`; `None`
-    /// for an exempt client.
-    pub fn ban_escalating(&self, ip: IpAddr, why: &'static str) -> Option<BanLength> {
+    /// An escalating ban (the next cooldown of the client's offense history) for `cause`;
+    /// `None` for an exempt client.
+    pub fn ban_escalating(&self, ip: IpAddr, cause: BanCause) -> Option<BanLength> {
         let settings = self.settings.load_full();
         if settings.is_exempt(ip) {
             return None;
@@ -257,7 +299,7 @@ impl Registry {
                 }
             })?;
         if fresh {
-            self.started(key, length, why);
+            self.started(key, length, now, cause);
         }
         Some(length)
     }
@@ -289,10 +331,25 @@ impl Registry {
         wide
     }
 
-    fn started(&self, key: Key, length: BanLength, why: &'static str) {
+    fn started(&self, key: Key, length: BanLength, now: i64, cause: BanCause) {
         let seconds = length.retry_after_secs().unwrap_or(0);
+        let why = match cause {
+            BanCause::Strikes => "strikes",
+            BanCause::BanPath => "ban path",
+            BanCause::Operator => "operator",
+        };
         tracing::info!(client = %key, seconds, why, "abuse: ban started");
         self.drop_waiting(key.network());
+        self.notify(BanNotice {
+            scope: key.network(),
+            range: false,
+            until: match length {
+                BanLength::Permanent => FOREVER,
+                BanLength::Timed(left) => deadline(now, left),
+            },
+            fresh: true,
+            cause,
+        });
     }
 
     // ----- operator bans -----------------------------------------------------------------
@@ -300,12 +357,13 @@ impl Registry {
     /// Bans one client for `length` (a zero length means permanent). Replacing an active ban is
     /// never a new offense. Returns the key banned.
     pub fn ban_for(&self, ip: IpAddr, length: BanLength) -> Result<Key, BanError> {
-        let key = self.ban_client(ip, length)?;
+        let (key, notice) = self.ban_client(ip, length)?;
         self.drop_waiting(key.network());
+        self.notify(notice);
         Ok(key)
     }
 
-    fn ban_client(&self, ip: IpAddr, length: BanLength) -> Result<Key, BanError> {
+    fn ban_client(&self, ip: IpAddr, length: BanLength) -> Result<(Key, BanNotice), BanError> {
         let settings = self.settings.load_full();
         if !settings.enabled {
             return Err(BanError::Disabled);
@@ -316,42 +374,60 @@ impl Registry {
         let now = self.now();
         let key = Key::of(ip);
         let until = until_of(length, now);
-        self.table
+        let fresh = self
+            .table
             .upsert(key, now, max_entries(&settings), |entry| {
-                if !entry.is_banned(now) {
+                let fresh = !entry.is_banned(now);
+                if fresh {
                     entry.offenses = entry.offenses.saturating_add(1);
                     self.counters.bans.fetch_add(1, Ordering::Relaxed);
                 }
                 entry.banned_until = until;
                 entry.window.reset(now);
                 entry.last_active = now;
+                fresh
             })
             .ok_or(BanError::Full)?;
         self.counters.changes.fetch_add(1, Ordering::Relaxed);
         tracing::info!(client = %key, permanent = until == FOREVER, "abuse: operator ban");
-        Ok(key)
+        let notice = BanNotice {
+            scope: key.network(),
+            range: false,
+            until,
+            fresh,
+            cause: BanCause::Operator,
+        };
+        Ok((key, notice))
     }
 
     /// Bans a range for `length` (zero = permanent). Exemption is not checked here: exempt
     /// addresses inside are simply never refused.
     pub fn ban_range(&self, net: IpNet, length: BanLength) -> Result<(), BanError> {
-        self.ban_net(net, length)?;
+        let notice = self.ban_net(net, length)?;
         self.drop_waiting(net);
+        self.notify(notice);
         Ok(())
     }
 
-    fn ban_net(&self, net: IpNet, length: BanLength) -> Result<(), BanError> {
+    fn ban_net(&self, net: IpNet, length: BanLength) -> Result<BanNotice, BanError> {
         if !self.enabled() {
             return Err(BanError::Disabled);
         }
         let now = self.now();
-        let banned = self.ranges.ban(net.trunc(), until_of(length, now), now)?;
+        let until = until_of(length, now);
+        let banned = self.ranges.ban(net.trunc(), until, now)?;
         if banned.new_offense {
             self.counters.bans.fetch_add(1, Ordering::Relaxed);
         }
         self.counters.changes.fetch_add(1, Ordering::Relaxed);
         tracing::info!(range = %net.trunc(), "abuse: operator range ban");
-        Ok(())
+        Ok(BanNotice {
+            scope: net.trunc(),
+            range: true,
+            until,
+            fresh: banned.new_offense,
+            cause: BanCause::Operator,
+        })
     }
 
     /// An operator ban of a parsed target, reporting exactly how many waiting visitors it
@@ -360,14 +436,18 @@ impl Registry {
         let now = self.now();
         let until = until_of(length, now);
         let scope = target.scope();
-        let (client, exempt_within) = match target {
-            BanTarget::Single(ip) => (self.ban_client(ip, length)?.to_string(), None),
+        let (client, exempt_within, notice) = match target {
+            BanTarget::Single(ip) => {
+                let (key, notice) = self.ban_client(ip, length)?;
+                (key.to_string(), None, notice)
+            }
             BanTarget::Range(net) => {
-                self.ban_net(net, length)?;
-                (net.to_string(), Some(self.exempt_within(&net)))
+                let notice = self.ban_net(net, length)?;
+                (net.to_string(), Some(self.exempt_within(&net)), notice)
             }
         };
         let dropped = self.remove_waiting(&[scope]);
+        self.notify(notice);
         Ok(BanOutcome {
             client,
             until: (until != FOREVER).then_some(WallTime(until)),
@@ -502,6 +582,49 @@ impl Registry {
                 .then_with(|| a.client.cmp(&b.client))
         });
         views.into_iter().map(|(_, shown)| shown).collect()
+    }
+
+    /// When the ban on exactly `scope` ends (unix nanos, [`FOREVER`] = permanent), if one is
+    /// in force: a client's key (/32, /64, shared /48) or a range, without looking at wider
+    /// ranges or exemptions.
+    pub fn ban_until_of(&self, scope: IpNet) -> Option<i64> {
+        let now = self.now();
+        let key = Key::of(scope.addr());
+        let own = match scope {
+            IpNet::V4(v4) if v4.prefix_len() == 32 => Some(key),
+            IpNet::V6(v6) if v6.prefix_len() == 64 => Some(key),
+            IpNet::V6(v6) if v6.prefix_len() == 48 => key.wide(),
+            _ => None,
+        };
+        own.and_then(|key| {
+            self.table.read(key, |entry| {
+                entry.filter(|e| e.is_banned(now)).map(|e| e.banned_until)
+            })
+        })
+        .or_else(|| {
+            self.ranges
+                .get(scope)
+                .map(|ban| ban.until)
+                .filter(|until| *until > now)
+        })
+    }
+
+    /// Every ban in force: its scope, whether it is a range, and when it ends (unix nanos,
+    /// [`FOREVER`] = permanent).
+    pub fn bans_in_force(&self) -> Vec<(IpNet, bool, i64)> {
+        let now = self.now();
+        let mut found = Vec::new();
+        self.table.for_each(|key, entry| {
+            if entry.is_banned(now) {
+                found.push((key.network(), false, entry.banned_until));
+            }
+        });
+        for (net, ban) in self.ranges.all() {
+            if ban.until > now {
+                found.push((net, true, ban.until));
+            }
+        }
+        found
     }
 
     pub fn tracked(&self) -> usize {

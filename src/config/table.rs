@@ -600,6 +600,6 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-history-log", env: "CONCERT_HISTORY_LOG", group: PORTAL, restart: true,
         check: Check::None, default: "",
         label: "History log",
-        help: "Request history file. Empty uses history.jsonl in the data directory; off keeps history in memory only. Not in this version yet (no effect).",
+        help: "Request history file. Empty uses history.jsonl in the data directory (memory only without one); off, none, false or 0 keep the history in memory only.",
     }),
 ];

@@ -150,6 +150,11 @@ pub async fn start_on_workers(
             stop_writers.clone(),
         ));
     }
+    let history_log = crate::history::log_path(
+        &app.generation().config.history_log,
+        data_dir.as_deref().map(|dir| dir.path()),
+    );
+    app.history.start(history_log);
     // Only now, with the listener bound and saved state loaded, is the start a success.
     log_summary(&app.generation().config, data_dir.as_deref());
     warn_unavailable_parts(&app.generation().config);
@@ -160,6 +165,7 @@ pub async fn start_on_workers(
     }
     background.push(app.room.spawn_reaper());
     background.push(app.abuse.spawn_janitor());
+    background.push(app.history.spawn_maintenance());
     background.push({
         let app = Arc::downgrade(&app);
         assets::spawn_sweeper(move || {
@@ -216,6 +222,7 @@ pub async fn start_on_workers(
             let _ = task.await;
         }
         save_on_stop(&serving).await;
+        serving.history.shut_down().await;
         result
     });
     Ok(Running {

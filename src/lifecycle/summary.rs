@@ -9,10 +9,9 @@ use crate::store;
 use super::{StartError, VERSION};
 
 /// Settings of parts this version does not have yet (HTTPS with automatic certificates, the
-/// request history, the fast lane): they are parsed and checked so an existing configuration
-/// loads, but they do nothing, and an operator who set one must hear so.
+/// fast lane): they are parsed and checked so an existing configuration loads, but they do
+/// nothing, and an operator who set one must hear so.
 const UNAVAILABLE_PARTS: &[(&str, &str)] = &[
-    ("history_log", "the request history"),
     ("fastlane_config", "the fast lane"),
     ("networks_config", "the fast lane's payments"),
     ("fastlane_entry_ttl", "the fast lane"),

@@ -61,6 +61,8 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
         .priority
         .request_rank(&app.pass, priority_cookie, pass.valid(), now);
     app.priority.count_request(rank);
+    info.rank
+        .store(rank.as_u8(), std::sync::atomic::Ordering::Relaxed);
     if app.room.is_busy() {
         let request = LaneRequest {
             rank,

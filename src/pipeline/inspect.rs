@@ -59,6 +59,7 @@ pub(super) fn inspect<B>(
         html: is_html_client(req.headers()),
         target,
         path_len,
+        rank: Default::default(),
     })
 }
 

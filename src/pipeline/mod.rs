@@ -6,7 +6,7 @@
 //!    saw);
 //! 2. [`identity`]: the client address (socket peer, or trusted proxies' `X-Forwarded-For`);
 //! 3. [`ban`]: one ban lookup and the ban-path check; a banned request is answered here, on
-//!    every path, and never logged;
+//!    every path, and left out of the access log (the request history keeps it);
 //! 4. [`routes`]: reserved routes answered by Concert itself for every method and trailing slash
 //!    (`/_room/…`, `/_concert/…`, `/queue/status`, see [`crate::endpoints`]); `-bypass` paths
 //!    straight to the origin; `-metrics-path` when no path list claims it;
@@ -17,7 +17,8 @@
 //!    slot waits on it), the priority gate (busy room only), the waiting room (page,
 //!    429 JSON or full), the admission pass issued or slid, then the origin with the page (or
 //!    lane) slot held until the response has been delivered, and the origin's priority grant;
-//! 7. [`origin`] hands requests to the proxy, and [`access_log`] writes the line.
+//! 7. [`origin`] hands requests to the proxy, [`record`] notes the answered request in the
+//!    request history (banned ones too), and [`access_log`] writes the line.
 //!
 //! The pipeline is one [`tower::Service`] ([`Pipeline`]), mounted as the catch-all of an axum
 //! [`Router`] by [`router`]; the server calls [`handle`] itself (see there why).
@@ -29,6 +30,7 @@ pub(crate) mod identity;
 mod inspect;
 mod origin;
 mod pass_check;
+mod record;
 mod request;
 mod routes;
 mod tiers;
@@ -86,8 +88,7 @@ async fn run_stages<B: RequestBody + Unpin>(
     req: Request<ClientBody<B>>,
 ) -> Response<Body> {
     let generation = app.generation();
-    // Only the access log reads the clock for a request's latency.
-    let started = generation.config.access_log.then(Instant::now);
+    let started = Instant::now();
     let method = req.method().clone();
 
     let info = match inspect::inspect(&generation, conn, &req) {
@@ -100,8 +101,19 @@ async fn run_stages<B: RequestBody + Unpin>(
             return rejection.for_client(html).into_response();
         }
     };
+    let arrival = app.history.arrive(req.headers());
     if let Some(ban) = app.abuse.enforce(info.client, info.path()) {
-        return ban::answer(&generation, &info, req.headers(), ban);
+        let response = ban::answer(&generation, &info, req.headers(), ban);
+        record::record(
+            &app,
+            &info,
+            arrival,
+            &method,
+            response.status(),
+            started,
+            None,
+        );
+        return response;
     }
     let stage = routes::classify(&generation, info.path());
     let response = match stage {
@@ -126,9 +138,16 @@ async fn run_stages<B: RequestBody + Unpin>(
         Stage::Stream => tiers::stream(&app, &generation, &info, req).await,
         Stage::Gated => gated::gated(&app, &generation, &info, req).await,
     };
-    if let Some(started) = started
-        && access_log::logs(stage, info.path())
-    {
+    record::record(
+        &app,
+        &info,
+        arrival,
+        &method,
+        response.status(),
+        started,
+        Some(stage),
+    );
+    if generation.config.access_log && access_log::logs(stage, info.path()) {
         access_log::log(&info, &method, response.status(), started);
     }
     response

@@ -2,6 +2,7 @@
 //! the first stages learned about the request.
 
 use std::net::IpAddr;
+use std::sync::atomic::AtomicU8;
 
 /// What the request pipeline knows about the connection a request came on.
 #[derive(Clone, Copy, Debug, Default)]
@@ -22,6 +23,8 @@ pub(crate) struct RequestInfo {
     pub target: String,
     /// Length of the path part of `target`.
     pub path_len: usize,
+    /// The priority rank the gated stage found (0 = guest), for the request history.
+    pub rank: AtomicU8,
 }
 
 impl RequestInfo {

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::fragments::{AddressCell, Fragment, TableQuery, now_ms};
 use super::{Portal, peer_of, read_body, respond};
-use crate::abuse::BanError;
+use crate::abuse::{BanCause, BanError};
 use crate::admission::priority::Rank;
 use crate::room::{LineEntry, RoomPromoteError};
 
@@ -268,10 +268,7 @@ pub(super) async fn kick(State(portal): State<Arc<Portal>>, request: Request) ->
             "that visitor has no known address to ban",
         );
     };
-    let Some(length) = app
-        .abuse
-        .ban_escalating(client, "removed from the line and banned in the portal")
-    else {
+    let Some(length) = app.abuse.ban_escalating(client, BanCause::Operator) else {
         return respond::error(StatusCode::CONFLICT, &BanError::Exempt.to_string());
     };
     // The ban clears the address's places in line; this one goes even if it was not listed
