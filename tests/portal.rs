@@ -455,6 +455,10 @@ async fn the_overview_reports_the_rooms_figures() {
         "asset_in_flight",
         "active_bans",
         "removed_total",
+        "kicked_active",
+        "notes_tracked",
+        "notes_dropped",
+        "history_clients",
         "stream_cap",
         "stream_active",
         "first_poll_grace",
@@ -877,14 +881,15 @@ async fn the_queue_lists_the_line_moves_a_visitor_up_and_a_ban_clears_its_place(
     let holder = support::hold_the_only_slot(&portal.running, &origin, "/busy").await;
     // Two visitors behind a trusted proxy (loopback), so each has an address of its own.
     let mut visitors = Vec::new();
-    for address in ["203.0.113.1", "203.0.113.2"] {
+    for (n, address) in ["203.0.113.1", "203.0.113.2"].into_iter().enumerate() {
         let browser = cookie_client();
-        let answer = browser
-            .get(support::url(&portal.running, "/api/wait"))
-            .header("X-Forwarded-For", address)
-            .send()
-            .await
-            .unwrap();
+        let mut request = browser
+            .get(support::url(&portal.running, &format!("/api/wait?n={n}")))
+            .header("X-Forwarded-For", address);
+        if n == 0 {
+            request = request.header("User-Agent", "Probe/1.0 (line test)");
+        }
+        let answer = request.send().await.unwrap();
         assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
         visitors.push(browser);
     }
@@ -900,6 +905,22 @@ async fn the_queue_lists_the_line_moves_a_visitor_up_and_a_ban_clears_its_place(
     assert_eq!(occupants[0]["client"], "203.0.113.1");
     assert_eq!(occupants[0]["position"], 1);
     assert_eq!(occupants[1]["position"], 2);
+    // What each asked for first, and with which browser (the second sent none).
+    assert_eq!(occupants[0]["path"], "/api/wait?n=0");
+    assert_eq!(occupants[0]["user_agent"], "Probe/1.0 (line test)");
+    assert_eq!(occupants[1]["path"], "/api/wait?n=1");
+    assert_eq!(occupants[1]["user_agent"], "");
+    let (_, overview) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/overview",
+            None,
+        )
+        .await;
+    assert_eq!(overview["notes_tracked"], 2, "{overview}");
+    assert_eq!(overview["notes_dropped"], 0);
     // Tickets never leave Concert: the id is a short hash.
     let second = occupants[1]["id"].as_str().unwrap().to_owned();
     assert_eq!(second.len(), 16);
@@ -917,6 +938,35 @@ async fn the_queue_lists_the_line_moves_a_visitor_up_and_a_ban_clears_its_place(
     assert!(html.contains(r#"data-action="promote""#), "{html}");
     assert!(html.contains(&format!(r#"data-key="{second}""#)), "{html}");
     assert_eq!(fragment["total"], 2);
+    assert!(
+        html.contains("/api/wait?n=0") && html.contains("Probe/1.0"),
+        "{html}"
+    );
+    assert!(html.contains("(none sent)"), "{html}");
+    assert_eq!(
+        fragment["summary"],
+        "1–2 of 2 listed · 2 waiting · 0 removed"
+    );
+    let (_, by_browser) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/frag/queue?q=probe",
+            None,
+        )
+        .await;
+    assert_eq!(by_browser["total"], 1);
+    let (_, by_path) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/frag/queue?q=N%3D1",
+            None,
+        )
+        .await;
+    assert_eq!(by_path["total"], 1);
     let (_, none) = portal
         .api(
             &client,

@@ -92,6 +92,9 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
     let admission = match app.room.arrive(arrival) {
         Decision::Admit(admission) => admission,
         Decision::Wait(waiting) => {
+            if app.room.notes_enabled() && ticket_cookie != Some(waiting.token.as_str()) {
+                note_new_ticket(app, &req, &waiting.token);
+            }
             if rank.as_u8() > 0 {
                 app.room.set_ticket_rank(&waiting.token, rank.as_u8());
             }
@@ -118,6 +121,22 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
         }
         AdmitResult::Requeued(waiting) => waiting_response(generation, info, &waiting),
     }
+}
+
+/// Notes what a newly queued visitor asked for and with which browser, for the portal's line.
+/// Out of line so the common page does not carry it.
+#[cold]
+fn note_new_ticket<B>(app: &App, req: &Request<B>, token: &str) {
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path(), |pq| pq.as_str());
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    app.room.note_ticket(token, path, user_agent);
 }
 
 /// A visitor an operator removed: told so, with its ticket cleared, so its next request joins

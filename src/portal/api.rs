@@ -39,6 +39,13 @@ pub(super) fn overview_json(app: &App) -> Value {
         };
         stats.insert("active_bans".into(), active_bans.into());
         stats.insert("kicked_active".into(), app.room.removed_remembered().into());
+        let notes = app.room.note_stats();
+        stats.insert("notes_tracked".into(), notes.tracked.into());
+        stats.insert("notes_dropped".into(), notes.dropped.into());
+        stats.insert(
+            "history_clients".into(),
+            app.history.clients_tracked().into(),
+        );
         stats.insert("rate".into(), config.rate.into());
         stats.insert("surge".into(), config.surge.into());
         stats.insert("skip_url".into(), config.skip_url.clone().into());

@@ -66,6 +66,9 @@ impl Portal {
                 .find(|(name, _)| name == key)
                 .map(|(_, value)| value.clone())
         });
+        // The Queue tab shows each visitor's first path and browser; without a portal nobody
+        // would read them, so they are kept only from here on.
+        app.room.enable_notes();
         Some(Arc::new(Portal {
             auth: Auth::new(&config.portal_pass),
             samples: Arc::default(),
@@ -91,6 +94,7 @@ impl Portal {
                 };
                 portal.auth.prune();
                 portal.app.room.prune_removed();
+                portal.app.room.prune_notes();
             }
         })
     }

@@ -48,7 +48,11 @@ static OVERVIEW_LISTS: &[StatList] = &[
             ("timeouts_total", "Timed out"),
             ("promoted_total", "Moved up"),
             ("removed_total", "Removed"),
+            ("kicked_active", "Removed, still told so"),
             ("address_full_total", "Refused: address holds too many"),
+            ("notes_tracked", "Visitors with notes"),
+            ("notes_dropped", "Notes dropped (store full)"),
+            ("history_clients", "Clients in the request history"),
         ],
     },
     StatList {

@@ -36,6 +36,13 @@ fn visitor_id(ticket: &str) -> String {
 struct Occupant {
     id: String,
     client: String,
+    /// The browser of its first request; empty when none was sent or not noted.
+    user_agent: String,
+    /// The path (and query) of its first request; empty when not noted.
+    path: String,
+    /// Whether its first request was noted (not for visitors restored from a snapshot).
+    #[serde(skip)]
+    noted: bool,
     /// Unix milliseconds.
     joined: u64,
     last_seen: u64,
@@ -55,16 +62,24 @@ fn ms_ago(now_ms: u64, now: Instant, then: Instant) -> u64 {
 fn occupants(portal: &Portal) -> Vec<(Occupant, LineEntry)> {
     let now_ms = now_ms();
     let now = Instant::now();
-    portal
-        .app
-        .room
-        .line_front(LISTED)
+    let room = &portal.app.room;
+    let front = room.line_front(LISTED);
+    let notes = room.notes_of(&front);
+    front
         .into_iter()
-        .map(|entry| {
+        .zip(notes)
+        .map(|(entry, note)| {
             let info = &entry.info;
+            let noted = note.is_some();
+            let (path, user_agent) = note.map_or_else(Default::default, |note| {
+                (note.path.into_string(), note.user_agent.into_string())
+            });
             let occupant = Occupant {
                 id: visitor_id(&info.token_hex()),
                 client: info.client.map(|ip| ip.to_string()).unwrap_or_default(),
+                user_agent,
+                path,
+                noted,
                 joined: ms_ago(now_ms, now, info.joined),
                 last_seen: ms_ago(now_ms, now, info.last_seen),
                 idle_seconds: now.saturating_duration_since(info.last_seen).as_secs(),
@@ -77,6 +92,13 @@ fn occupants(portal: &Portal) -> Vec<(Occupant, LineEntry)> {
             (occupant, entry)
         })
         .collect()
+}
+
+/// Whether a visitor matches the filter (already lowercase) by address, path or browser.
+fn matches_filter(occupant: &Occupant, filter: &str) -> bool {
+    [&occupant.client, &occupant.path, &occupant.user_agent]
+        .iter()
+        .any(|text| text.to_lowercase().contains(filter))
 }
 
 /// `GET /api/queue`: the listed front of the line.
@@ -119,9 +141,8 @@ pub(super) async fn fragment(
         .into_iter()
         .map(|(occupant, _)| occupant)
         .collect();
-    let all = listed.len();
     if !filter.is_empty() {
-        listed.retain(|occupant| occupant.client.to_lowercase().contains(&filter));
+        listed.retain(|occupant| matches_filter(occupant, &filter));
     }
     let total = listed.len();
     let paging = query.paging(total);
@@ -149,6 +170,7 @@ pub(super) async fn fragment(
         }
     };
     let live = portal.app.room.stats().live_queue_depth;
+    let removed = portal.app.room.removed_remembered();
     respond::json(
         StatusCode::OK,
         &Fragment {
@@ -160,7 +182,7 @@ pub(super) async fn fragment(
             size: paging.size,
             r#where: query.whereabouts(ids.iter().map(String::as_str), paging.size),
             summary: format!(
-                "{} listed · {all} of {live} waiting shown",
+                "{} listed · {live} waiting · {removed} removed",
                 paging.shown(total)
             ),
             flags: None,

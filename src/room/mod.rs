@@ -11,6 +11,7 @@ mod estimate;
 mod kicks;
 mod ledger;
 mod line;
+mod notes;
 pub mod page;
 mod reaper;
 mod seal;
@@ -39,6 +40,7 @@ use tokio::time::Instant;
 use crate::sys::slots::Gate;
 
 pub use estimate::WaitEstimate;
+pub use notes::{NoteStats, TicketNote};
 pub use seal::TicketSeal;
 pub use settings::RoomSettings;
 pub use shared::{Admission, AdmitResult, Decision, PageSlot};
@@ -98,6 +100,7 @@ impl Room {
             address_exemption: RwLock::new(None),
             seal,
             kicks: kicks::Kicks::default(),
+            notes: notes::Notes::default(),
             epoch,
         });
         Arc::new(Room {
@@ -214,6 +217,43 @@ impl Room {
             return false;
         }
         parse_token(token).is_some_and(|id| self.shared.kicks.contains(&id, self.shared.now_ms()))
+    }
+
+    /// Starts noting each new ticket's first path and browser (the portal shows them).
+    pub fn enable_notes(&self) {
+        self.shared.notes.enable();
+    }
+
+    /// Whether new tickets are being noted: callers skip gathering what a note holds if not.
+    pub fn notes_enabled(&self) -> bool {
+        self.shared.notes.enabled()
+    }
+
+    /// Notes the first request of a ticket this room just issued.
+    pub fn note_ticket(&self, token: &str, path: &str, user_agent: &str) {
+        if let Some(id) = parse_token(token) {
+            self.shared.notes.add(id, path, user_agent);
+        }
+    }
+
+    /// The notes of these visitors, in their order.
+    pub fn notes_of(&self, entries: &[LineEntry]) -> Vec<Option<TicketNote>> {
+        self.shared
+            .notes
+            .lookup(entries.iter().map(|entry| entry.info.token))
+    }
+
+    /// Forgets the notes of visitors no longer in line or waiting to come back.
+    pub fn prune_notes(&self) -> usize {
+        let shared = &self.shared;
+        shared.notes.prune(|token| {
+            shared.tokens.lock_for(token).contains_key(token)
+                || shared.lapsed.lock().contains_key(token)
+        })
+    }
+
+    pub fn note_stats(&self) -> NoteStats {
+        self.shared.notes.stats()
     }
 
     /// How many removed tickets are remembered now (some may have just run out).

@@ -107,6 +107,8 @@ pub(super) struct Shared {
     pub(super) seal: TicketSeal,
     /// Tickets of visitors an operator removed, remembered for a while.
     pub(super) kicks: super::kicks::Kicks,
+    /// First path and browser of new tickets, while the portal wants them.
+    pub(super) notes: super::notes::Notes,
     pub(super) epoch: Instant,
 }
 
