@@ -70,9 +70,13 @@ stop_and_clean_up() {
 # Prints Concert's arguments as the load scripts run it, with a cap that never binds: listening
 # on 127.0.0.1:$1, in front of the origin on 127.0.0.1:$2, with $3 workers; one per line, for
 # `mapfile`.
+# CONCERT_EXTRA_ARGS adds flags (split on spaces), e.g. "-history-log /tmp/h.jsonl" to count
+# what writing the request history costs.
 concert_bench_args() {
   printf '%s\n' -listen "127.0.0.1:$1" -upstream "http://127.0.0.1:$2" -cap 1000000 -max-queue 0 \
     -access-log=false -data-dir "" -workers "$3"
+  local extra
+  for extra in ${CONCERT_EXTRA_ARGS:-}; do printf '%s\n' "$extra"; done
 }
 
 # Waits for a listener on 127.0.0.1:$1, for up to $2 tries 50 ms apart (default 100: 5 s).
