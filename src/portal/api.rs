@@ -39,6 +39,7 @@ pub(super) fn overview_json(app: &App) -> Value {
         };
         stats.insert("active_bans".into(), active_bans.into());
         stats.insert("kicked_active".into(), app.room.removed_remembered().into());
+        stats.insert("history_clients".into(), app.history.tracked().into());
         stats.insert("rate".into(), config.rate.into());
         stats.insert("surge".into(), config.surge.into());
         stats.insert("skip_url".into(), config.skip_url.clone().into());
