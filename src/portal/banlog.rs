@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::fragments::{AddressCell, Fragment, TableQuery, now_ms, status_class, wall_ms};
+use super::respond::Refusal;
 use super::{Portal, respond};
 use crate::history::{BanDetail, BanQuery, BanRow};
 
@@ -21,23 +22,22 @@ pub(super) struct BanParams {
     id: Option<String>,
 }
 
-/// The window asked for, or the 400/404 answer.
-fn ban_detail(portal: &Portal, asked: Option<&str>) -> Result<BanDetail, Response<Body>> {
+/// The window asked for, or why not (400/404).
+fn ban_detail(portal: &Portal, asked: Option<&str>) -> Result<BanDetail, Refusal> {
     let asked = asked.map(str::trim).unwrap_or("");
     if asked.is_empty() {
-        return Err(respond::error(StatusCode::BAD_REQUEST, "id is required"));
+        return Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            message: "id is required",
+        });
     }
-    let id: u64 = asked.parse().map_err(|_| {
-        respond::error(
-            StatusCode::BAD_REQUEST,
-            "id must be the number of a ban in the log",
-        )
+    let id: u64 = asked.parse().map_err(|_| Refusal {
+        status: StatusCode::BAD_REQUEST,
+        message: "id must be the number of a ban in the log",
     })?;
-    portal.app.history.ban(id).ok_or_else(|| {
-        respond::error(
-            StatusCode::NOT_FOUND,
-            "that ban is no longer in the history",
-        )
+    portal.app.history.ban(id).ok_or(Refusal {
+        status: StatusCode::NOT_FOUND,
+        message: "that ban is no longer in the history",
     })
 }
 
@@ -48,7 +48,7 @@ pub(super) async fn ban(
 ) -> Response<Body> {
     match ban_detail(&portal, params.id.as_deref()) {
         Ok(detail) => respond::json(StatusCode::OK, &detail),
-        Err(refusal) => refusal,
+        Err(refusal) => refusal.answer(),
     }
 }
 
@@ -195,7 +195,7 @@ pub(super) async fn detail(
 ) -> Response<Body> {
     let detail = match ban_detail(&portal, params.id.as_deref()) {
         Ok(detail) => detail,
-        Err(refusal) => return refusal,
+        Err(refusal) => return refusal.answer(),
     };
     let html = match (BanDetailPanel {
         panel: BanPanel::of(detail.ban),

@@ -16,6 +16,7 @@ use super::banlog::BanPanel;
 use super::fragments::{
     AddressCell, Fragment, TableQuery, latency_text, now_ms, status_class, wall_ms,
 };
+use super::respond::Refusal;
 use super::{Portal, respond};
 use crate::history::{ClientDetail, ClientQuery, ClientRow, EntryRow};
 
@@ -57,17 +58,19 @@ pub(super) struct ClientParams {
     page: Option<String>,
 }
 
-/// The client asked for, or the 400/404 answer.
-fn client_detail(portal: &Portal, asked: Option<&str>) -> Result<ClientDetail, Response<Body>> {
+/// The client asked for, or why not (400/404).
+fn client_detail(portal: &Portal, asked: Option<&str>) -> Result<ClientDetail, Refusal> {
     let ip: IpAddr = asked
         .map(str::trim)
         .and_then(|text| text.parse().ok())
-        .ok_or_else(|| respond::error(StatusCode::BAD_REQUEST, NOT_AN_ADDRESS))?;
-    portal
-        .app
-        .history
-        .client(ip)
-        .ok_or_else(|| respond::error(StatusCode::NOT_FOUND, NOT_RECORDED))
+        .ok_or(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            message: NOT_AN_ADDRESS,
+        })?;
+    portal.app.history.client(ip).ok_or(Refusal {
+        status: StatusCode::NOT_FOUND,
+        message: NOT_RECORDED,
+    })
 }
 
 /// `GET /api/history/client?client=`: one client's requests (newest first), browsers and bans.
@@ -77,7 +80,7 @@ pub(super) async fn client(
 ) -> Response<Body> {
     match client_detail(&portal, params.client.as_deref()) {
         Ok(detail) => respond::json(StatusCode::OK, &detail),
-        Err(refusal) => refusal,
+        Err(refusal) => refusal.answer(),
     }
 }
 
@@ -240,7 +243,7 @@ pub(super) async fn detail(
 ) -> Response<Body> {
     let detail = match client_detail(&portal, params.client.as_deref()) {
         Ok(detail) => detail,
-        Err(refusal) => return refusal,
+        Err(refusal) => return refusal.answer(),
     };
     let paging = TableQuery {
         page: params.page,
