@@ -474,7 +474,10 @@ async fn a_permanent_ban_from_before_the_start_has_no_known_beginning() {
         log.contains("before restart") && log.contains(r#"class="table-danger""#),
         "{log}"
     );
-    assert!(log.contains(">never</td>"), "a permanent ban never ends: {log}");
+    assert!(
+        log.contains(">never</td>"),
+        "a permanent ban never ends: {log}"
+    );
     let id = window["id"].as_u64().unwrap();
     let (panel, _) = operator.html(&format!("/api/frag/ban?id={id}")).await;
     assert!(
