@@ -1,8 +1,9 @@
 //! The admin portal's tables as an operator's browser asks for them every three seconds: the
-//! Queue fragment with 500 visitors listed (the most it shows) and the Bans fragment with 1,000
-//! bans, each one whole request to a running portal on loopback (session check, listing,
-//! rendering, JSON). What five operators polling cost follows from these: five requests every
-//! three seconds.
+//! Queue fragment with 500 visitors listed (the most it shows), the Bans fragment with 1,000
+//! bans, the Visitors fragment with the request history full (4,096 clients, a quarter of them
+//! banned) and the Ban log with 1,000 windows, each one whole request to a running portal on
+//! loopback (session check, listing, rendering, JSON). What five operators polling cost follows
+//! from these: five requests every three seconds.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -15,8 +16,15 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 const PASS: &str = "a portal pass for the benchmark";
 
+/// Clients in the request history: as many as it keeps.
+const HISTORY_CLIENTS: u32 = 4096;
+/// Requests logged per client.
+const REQUESTS_EACH: u32 = 5;
+
 struct Running {
     concert: concert::Running,
+    /// Holds the history log the history was read back from.
+    _history_dir: tempfile::TempDir,
     client: reqwest::Client,
     base: String,
     cookie: String,
@@ -24,7 +32,36 @@ struct Running {
     _slot: Box<dyn std::any::Any>,
 }
 
+/// A history log of [`HISTORY_CLIENTS`] clients, each with a few requests in the last hour,
+/// for the history to read back at start: the quickest way to fill it as traffic would.
+fn history_log(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write as _;
+    let path = dir.join("history.jsonl");
+    let mut log = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    for request in 0..REQUESTS_EACH {
+        for index in 0..HISTORY_CLIENTS {
+            let ip = Ipv4Addr::from(0xc633_6400 + index);
+            let at =
+                now - i64::from(HISTORY_CLIENTS * (REQUESTS_EACH - request) - index) * 100_000_000;
+            let at = concert::abuse::record::WallTime(at);
+            writeln!(
+                log,
+                r#"{{"t":"req","at":"{at}","ip":"{ip}","method":"GET","path":"/products/{index}?page={request}","status":200,"latency_us":850,"ua":"Mozilla/5.0 (bench)"}}"#
+            )
+            .unwrap();
+        }
+    }
+    log.flush().unwrap();
+    path
+}
+
 async fn start() -> Running {
+    let history_dir = tempfile::tempdir().unwrap();
+    let history = history_log(history_dir.path());
     let argv: Vec<String> = [
         "-upstream",
         "http://127.0.0.1:9",
@@ -35,6 +72,8 @@ async fn start() -> Running {
         "-data-dir=",
         "-max-queue",
         "0",
+        "-history-log",
+        history.to_str().unwrap(),
     ]
     .iter()
     .map(|arg| arg.to_string())
@@ -94,6 +133,7 @@ async fn start() -> Running {
         .to_owned();
     Running {
         concert,
+        _history_dir: history_dir,
         client,
         base,
         cookie,
@@ -132,6 +172,28 @@ fn fragments(c: &mut Criterion) {
     });
     c.bench_function("portal/bans_fragment_1000_bans", |b| {
         b.iter(|| fetch("/api/frag/bans?size=100"))
+    });
+    // The bans above fall on the first 1,000 of the history's clients: they sort first. The
+    // history is full: its shards fill unevenly, so a few of the 4,096 made room for others.
+    let visitors: serde_json::Value =
+        serde_json::from_slice(&fetch("/api/frag/visitors?size=100")).unwrap();
+    let recorded = visitors["total"].as_u64().unwrap();
+    assert!(recorded > 3_900, "{}", visitors["summary"]);
+    assert!(visitors["html"].as_str().unwrap().contains("table-warning"));
+    c.bench_function("portal/visitors_fragment_4096_clients", |b| {
+        b.iter(|| fetch("/api/frag/visitors?size=100"))
+    });
+    c.bench_function("portal/visitors_fragment_4096_clients_filtered", |b| {
+        b.iter(|| fetch("/api/frag/visitors?size=100&q=products/40"))
+    });
+    let log = fetch("/api/frag/banlog?size=100");
+    assert!(
+        std::str::from_utf8(&log)
+            .unwrap()
+            .contains("1–100 of 1000 bans")
+    );
+    c.bench_function("portal/banlog_fragment_1000_windows", |b| {
+        b.iter(|| fetch("/api/frag/banlog?size=100"))
     });
     c.bench_function("portal/overview", |b| b.iter(|| fetch("/api/overview")));
     drop(running.concert);

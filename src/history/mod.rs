@@ -212,11 +212,6 @@ impl History {
         self.log.get().map(Log::status)
     }
 
-    /// Clients remembered now.
-    pub fn clients_tracked(&self) -> usize {
-        self.clients.len()
-    }
-
     /// Whether the history is written to a file.
     pub fn persisted(&self) -> bool {
         self.log.get().is_some()

@@ -769,6 +769,79 @@ fn clients_list_banned_then_flagged_then_latest_and_pages() {
 }
 
 #[test]
+fn asked_clients_and_windows_are_placed_where_the_full_order_puts_them() {
+    let lab = Lab::new();
+    for n in 0..40u32 {
+        lab.advance(SECOND);
+        lab.request(&format!("192.0.2.{}", (n * 7) % 40 + 1), "/x", 200);
+    }
+    lab.registry
+        .ban(
+            BanTarget::parse("192.0.2.30").unwrap(),
+            BanLength::Permanent,
+        )
+        .unwrap();
+    lab.registry
+        .ban(BanTarget::parse("192.0.2.9").unwrap(), BanLength::Permanent)
+        .unwrap();
+    let everyone = lab.history.clients(&ClientQuery {
+        page: 1,
+        size: 100,
+        ..ClientQuery::default()
+    });
+    let asked: Vec<IpAddr> = ["192.0.2.30", "192.0.2.1", "192.0.2.40", "198.51.100.1"]
+        .iter()
+        .map(|text| text.parse().unwrap())
+        .collect();
+    let (page, places) = lab.history.clients_placing(
+        &ClientQuery {
+            page: 2,
+            size: 10,
+            ..ClientQuery::default()
+        },
+        &asked,
+    );
+    assert_eq!(page.clients, everyone.clients[10..20]);
+    let expected: Vec<Option<usize>> = asked
+        .iter()
+        .map(|ip| {
+            everyone
+                .clients
+                .iter()
+                .position(|row| row.client == ip.to_string())
+        })
+        .collect();
+    assert_eq!(places, expected);
+    assert_eq!(places[3], None);
+    assert!(places.iter().take(3).all(Option::is_some));
+
+    let (windows, places) = lab.history.bans_placing(
+        &BanQuery {
+            page: 1,
+            size: 25,
+            ..BanQuery::default()
+        },
+        &[windows_first_id(&lab), 999],
+    );
+    assert_eq!(windows.total, 2);
+    assert_eq!(places, [Some(1), None], "the first window is the older one");
+}
+
+fn windows_first_id(lab: &Lab) -> u64 {
+    lab.history
+        .bans(&BanQuery {
+            page: 1,
+            size: 25,
+            ..BanQuery::default()
+        })
+        .bans
+        .iter()
+        .map(|row| row.id)
+        .min()
+        .unwrap()
+}
+
+#[test]
 fn ban_windows_list_newest_first_and_filter() {
     let lab = Lab::new();
     lab.request("203.0.113.5", "/.env", 200);

@@ -6,6 +6,7 @@
 //! and only the requested page is put in order.
 
 use std::cmp::Reverse;
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use serde::Serialize;
@@ -358,12 +359,29 @@ impl History {
 
     /// One page of clients in the portal's order.
     pub fn clients(&self, query: &ClientQuery) -> ClientPage {
+        self.clients_placing(query, &[]).0
+    }
+
+    /// One page of clients, and where each of `asked` stands among all the matching clients
+    /// (its index in the portal's order; `None` when it does not match or is forgotten), so a
+    /// table can tell that a row moved to another page. Placing costs one pass over the
+    /// matching clients with a binary search per client, not a sort of them all.
+    pub fn clients_placing(
+        &self,
+        query: &ClientQuery,
+        asked: &[IpAddr],
+    ) -> (ClientPage, Vec<Option<usize>>) {
         let mut keys = self.matching(&query.q, query.flagged);
         let total = keys.len();
+        let places = if asked.is_empty() {
+            Vec::new()
+        } else {
+            places_of(&keys, asked)
+        };
         let size = query.size.max(1);
         let (page, pages, start, end) = paging(total, query.page, size);
         History::order_prefix(&mut keys, end);
-        ClientPage {
+        let page = ClientPage {
             clients: self.rows_for(&keys[start.min(keys.len())..]),
             total,
             page,
@@ -371,7 +389,13 @@ impl History {
             size,
             tracked: self.clients.len(),
             evicted: self.clients.evicted(),
-        }
+        };
+        (page, places)
+    }
+
+    /// Clients remembered now.
+    pub fn tracked(&self) -> usize {
+        self.clients.len()
     }
 
     /// The overview: the first [`LISTED`] matching clients and the latest [`BANS_LISTED`]
@@ -448,6 +472,12 @@ impl History {
 
     /// One page of ban windows, newest first.
     pub fn bans(&self, query: &BanQuery) -> BanPage {
+        self.bans_placing(query, &[]).0
+    }
+
+    /// One page of ban windows, newest first, and the index of each of the `asked` windows
+    /// among all the matching ones (`None` when it does not match or is forgotten).
+    pub fn bans_placing(&self, query: &BanQuery, asked: &[u64]) -> (BanPage, Vec<Option<usize>>) {
         let q = query.q.trim().to_lowercase();
         let now = self.now();
         let windows = self.windows.lock();
@@ -457,10 +487,17 @@ impl History {
             .rev()
             .filter(|window| q.is_empty() || window_matches(window, &q))
             .collect();
+        let places = asked
+            .iter()
+            .map(|id| {
+                // Newest first is descending id order.
+                matching.binary_search_by(|window| id.cmp(&window.id)).ok()
+            })
+            .collect();
         let total = matching.len();
         let size = query.size.max(1);
         let (page, pages, start, end) = paging(total, query.page, size);
-        BanPage {
+        let page = BanPage {
             bans: matching[start..end]
                 .iter()
                 .map(|window| ban_row(window, now, TOP_IN_LISTS))
@@ -469,7 +506,8 @@ impl History {
             page,
             pages,
             size,
-        }
+        };
+        (page, places)
     }
 
     /// One ban window in full, or `None` when it is no longer kept.
@@ -480,6 +518,40 @@ impl History {
             ban: ban_row(window, now, usize::MAX),
         })
     }
+}
+
+/// The index each of `asked` would have if `keys` were sorted: the number of keys ordered
+/// before it. Each key is counted once against the sorted asked keys (a difference array),
+/// so this is O(n log m) for n keys and m asked.
+fn places_of(keys: &[OrderKey], asked: &[IpAddr]) -> Vec<Option<usize>> {
+    let wanted: HashMap<IpAddr, usize> = asked
+        .iter()
+        .enumerate()
+        .map(|(at, ip)| (ip.to_canonical(), at))
+        .collect();
+    let mut found: Vec<(OrderKey, usize)> = keys
+        .iter()
+        .filter_map(|key| Some((*key, *wanted.get(&key.2)?)))
+        .collect();
+    found.sort_unstable();
+    // between[i]: keys after found[i - 1], up to and including found[i].
+    let mut between = vec![0usize; found.len() + 1];
+    for key in keys {
+        let slot = found.partition_point(|(other, _)| other < key);
+        if let Some(count) = between.get_mut(slot) {
+            *count += 1;
+        }
+    }
+    let mut places = vec![None; asked.len()];
+    let mut before = 0;
+    for (i, (_, at)) in found.iter().enumerate() {
+        // Keys up to and including found[i], less found[i] itself.
+        before += between.get(i).copied().unwrap_or(0);
+        if let Some(place) = places.get_mut(*at) {
+            *place = Some(before.saturating_sub(1));
+        }
+    }
+    places
 }
 
 fn window_matches(window: &Window, q: &str) -> bool {

@@ -42,10 +42,7 @@ pub(super) fn overview_json(app: &App) -> Value {
         let notes = app.room.note_stats();
         stats.insert("notes_tracked".into(), notes.tracked.into());
         stats.insert("notes_dropped".into(), notes.dropped.into());
-        stats.insert(
-            "history_clients".into(),
-            app.history.clients_tracked().into(),
-        );
+        stats.insert("history_clients".into(), app.history.tracked().into());
         stats.insert("rate".into(), config.rate.into());
         stats.insert("surge".into(), config.surge.into());
         stats.insert("skip_url".into(), config.skip_url.clone().into());

@@ -179,6 +179,13 @@ pub(super) async fn ban(State(portal): State<Arc<Portal>>, request: Request) -> 
     };
     match portal.app.abuse.ban(target, length) {
         Ok(outcome) => {
+            // The window is open by now (the registry's hook runs within the ban), so it takes
+            // the name at once; naming it only after success keeps a refused ban from leaving
+            // a name behind for a later ban of the same scope.
+            portal
+                .app
+                .history
+                .note_source(target.scope(), format!("banned in the portal by {actor}"));
             tracing::info!(
                 "portal: {actor} banned {} ({})",
                 outcome.client,
@@ -220,7 +227,12 @@ pub(super) async fn unban(
     if !portal.app.abuse.unban_target(target) {
         return respond::error(StatusCode::NOT_FOUND, "that client is not tracked");
     }
-    tracing::info!("portal: {} lifted the ban on {shown}", peer_of(&request));
+    let actor = peer_of(&request);
+    portal
+        .app
+        .history
+        .note_lift(target.scope(), &format!("the portal ({actor})"));
+    tracing::info!("portal: {actor} lifted the ban on {shown}");
     saved_or_failed(
         &portal,
         respond::json(StatusCode::OK, &json!({ "unbanned": shown })),

@@ -26,6 +26,9 @@ pub(crate) struct TableQuery {
     pub q: Option<String>,
     #[serde(default)]
     pub keys: Option<String>,
+    /// `1`: only rows that are or were banned (the Visitors table).
+    #[serde(default)]
+    pub flagged: Option<String>,
 }
 
 /// One page of a table, as the browser gets it.
@@ -61,20 +64,32 @@ impl TableQuery {
         self.q.as_deref().unwrap_or("").trim().to_lowercase()
     }
 
-    pub(crate) fn paging(&self, total: usize) -> Paging {
-        let size = self
-            .size
+    pub(crate) fn only_flagged(&self) -> bool {
+        matches!(self.flagged.as_deref().map(str::trim), Some("1" | "true"))
+    }
+
+    /// The rows per page asked for, if offered, else the first size offered.
+    pub(crate) fn size(&self) -> usize {
+        self.size
             .as_deref()
             .and_then(|size| size.parse().ok())
             .filter(|size| PAGE_SIZES.contains(size))
-            .unwrap_or(PAGE_SIZES[0]);
-        let pages = total.div_ceil(size).max(1);
-        let page = self
-            .page
+            .unwrap_or(PAGE_SIZES[0])
+    }
+
+    /// The page asked for, before it is clamped to the pages there are.
+    pub(crate) fn page_asked(&self) -> usize {
+        self.page
             .as_deref()
             .and_then(|page| page.parse::<usize>().ok())
             .unwrap_or(1)
-            .clamp(1, pages);
+            .max(1)
+    }
+
+    pub(crate) fn paging(&self, total: usize) -> Paging {
+        let size = self.size();
+        let pages = total.div_ceil(size).max(1);
+        let page = self.page_asked().clamp(1, pages);
         let start = (page - 1) * size;
         Paging {
             page,
@@ -85,19 +100,46 @@ impl TableQuery {
         }
     }
 
+    /// The row keys asked about (at most [`MAX_KEYS`]); `None` when none were asked.
+    pub(crate) fn asked_keys(&self) -> Option<Vec<&str>> {
+        Some(
+            self.keys
+                .as_deref()?
+                .split(',')
+                .filter(|key| !key.is_empty())
+                .take(MAX_KEYS)
+                .collect(),
+        )
+    }
+
+    /// For each asked key, its page given its index among all rows (`None`: gone), for tables
+    /// whose store places the keys itself.
+    pub(crate) fn whereabouts_placed(
+        asked: &[&str],
+        places: &[Option<usize>],
+        size: usize,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        asked
+            .iter()
+            .enumerate()
+            .map(|(at, key)| {
+                let page = places
+                    .get(at)
+                    .copied()
+                    .flatten()
+                    .map_or(0, |index| index / size.max(1) + 1);
+                ((*key).to_owned(), page.into())
+            })
+            .collect()
+    }
+
     /// For each asked key (at most [`MAX_KEYS`]), its page among `ordered` keys, 0 when gone.
     pub(crate) fn whereabouts<'a>(
         &self,
         ordered: impl Iterator<Item = &'a str>,
         size: usize,
     ) -> Option<serde_json::Map<String, serde_json::Value>> {
-        let asked: Vec<&str> = self
-            .keys
-            .as_deref()?
-            .split(',')
-            .filter(|key| !key.is_empty())
-            .take(MAX_KEYS)
-            .collect();
+        let asked = self.asked_keys()?;
         let mut found = serde_json::Map::new();
         for key in &asked {
             found.insert((*key).to_owned(), 0.into());
@@ -120,6 +162,33 @@ impl Paging {
             format!("{}–{} of {total}", self.start + 1, self.end)
         }
     }
+}
+
+/// The Bootstrap badge class for an HTTP status.
+pub(crate) fn status_class(status: u16) -> &'static str {
+    match status {
+        500.. => "text-bg-danger",
+        400.. => "text-bg-warning",
+        300.. => "text-bg-info",
+        ..200 => "text-bg-secondary",
+        _ => "text-bg-success",
+    }
+}
+
+/// `<1 ms`, `37 ms`, `2.4 s`.
+pub(crate) fn latency_text(ms: f64) -> String {
+    if ms < 1.0 {
+        "<1 ms".to_owned()
+    } else if ms < 1000.0 {
+        format!("{} ms", ms.round())
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}
+
+/// Unix milliseconds of a history time (unix nanoseconds).
+pub(crate) fn wall_ms(time: crate::abuse::record::WallTime) -> i64 {
+    time.0.div_euclid(1_000_000)
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -220,6 +289,25 @@ mod tests {
         assert_eq!(query("0", "7").paging(30).size, 25);
         assert_eq!(query("x", "100").paging(0).shown(0), "0 of 0");
         assert_eq!(query("1", "100").paging(0).pages, 1);
+    }
+
+    #[test]
+    fn statuses_latencies_and_placed_keys_read_as_the_tables_show_them() {
+        assert_eq!(status_class(503), "text-bg-danger");
+        assert_eq!(status_class(404), "text-bg-warning");
+        assert_eq!(status_class(302), "text-bg-info");
+        assert_eq!(status_class(101), "text-bg-secondary");
+        assert_eq!(status_class(204), "text-bg-success");
+        assert_eq!(latency_text(0.4), "<1 ms");
+        assert_eq!(latency_text(37.4), "37 ms");
+        assert_eq!(latency_text(2_400.0), "2.4 s");
+        let placed =
+            TableQuery::whereabouts_placed(&["a", "b", "c"], &[Some(0), Some(25), None], 25);
+        assert_eq!(
+            (placed["a"].clone(), placed["b"].clone()),
+            (1.into(), 2.into())
+        );
+        assert_eq!(placed["c"], 0);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod api;
 mod assets;
 mod auth;
+mod banlog;
 mod bans;
 mod fragments;
 mod local_user;
@@ -16,6 +17,7 @@ mod pages;
 mod queue;
 mod respond;
 mod settings;
+mod visitors;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,6 +135,13 @@ pub fn router(portal: Arc<Portal>) -> Router {
         .route("/api/queue/promote", post(queue::promote))
         .route("/api/queue/kick", post(queue::kick))
         .route("/api/frag/queue", get(queue::fragment))
+        .route("/api/history", get(visitors::overview))
+        .route("/api/history/client", get(visitors::client))
+        .route("/api/history/ban", get(banlog::ban))
+        .route("/api/frag/visitors", get(visitors::fragment))
+        .route("/api/frag/visitor", get(visitors::detail))
+        .route("/api/frag/banlog", get(banlog::fragment))
+        .route("/api/frag/ban", get(banlog::detail))
         .route(
             "/api/settings",
             get(settings::show)

@@ -9,6 +9,7 @@ use axum::extract::{Request, State};
 use http::{Response, StatusCode};
 
 use super::{Portal, respond};
+use crate::history::{Limits, MAX_WINDOWS};
 use crate::lifecycle::VERSION;
 
 #[derive(Template)]
@@ -26,6 +27,10 @@ struct Dashboard<'a> {
     upstream: &'a str,
     ip_source: &'a str,
     lists: &'a [StatList],
+    /// The request history's bounds, for the note under the Visitors table.
+    history_limits: Limits,
+    /// Ban windows the history keeps at most.
+    max_windows: usize,
 }
 
 /// One of the Overview's lists: a title and the figures it shows (key, label).
@@ -151,6 +156,8 @@ pub(super) async fn index(State(portal): State<Arc<Portal>>, request: Request) -
         upstream: &upstream,
         ip_source: &ip_source,
         lists: OVERVIEW_LISTS,
+        history_limits: Limits::default(),
+        max_windows: MAX_WINDOWS,
     };
     rendered(StatusCode::OK, page.render())
 }

@@ -2,6 +2,7 @@
 //! details, and moving one to the front. Tickets never leave Concert: a visitor is named by a
 //! short hash of its ticket, and only listed visitors can be acted on.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use askama::Template;
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
 use http::{Response, StatusCode};
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -16,7 +18,7 @@ use tokio::time::Instant;
 
 use super::fragments::{AddressCell, Fragment, TableQuery, now_ms};
 use super::{Portal, peer_of, read_body, respond};
-use crate::abuse::{BanCause, BanError};
+use crate::abuse::{BanCause, BanError, BanTarget};
 use crate::admission::priority::Rank;
 use crate::room::{LineEntry, RoomPromoteError};
 
@@ -290,9 +292,19 @@ pub(super) async fn kick(State(portal): State<Arc<Portal>>, request: Request) ->
             "that visitor has no known address to ban",
         );
     };
+    let banned_before = own_ban_scope(app, client);
     let Some(length) = app.abuse.ban_escalating(client, BanCause::Operator) else {
         return respond::error(StatusCode::CONFLICT, &BanError::Exempt.to_string());
     };
+    // Only a ban this removal began is named after it; one already in force keeps its cause.
+    if banned_before.is_none()
+        && let Some(scope) = own_ban_scope(app, client)
+    {
+        app.history.note_source(
+            scope,
+            format!("removed from the line and banned in the portal by {actor}"),
+        );
+    }
     // The ban clears the address's places in line; this one goes even if it was not listed
     // under that address any more.
     app.room.remove_token(&ticket);
@@ -315,6 +327,19 @@ pub(super) async fn kick(State(portal): State<Arc<Portal>>, request: Request) ->
             )
         }
     }
+}
+
+/// The scope of the ban `client` itself holds (its own key, or its IPv6 /48's shared entry,
+/// which the registry uses once its table is crowded), ranges aside.
+fn own_ban_scope(app: &crate::app::App, client: IpAddr) -> Option<IpNet> {
+    let own = BanTarget::Single(client).scope();
+    let shared = match client.to_canonical() {
+        IpAddr::V6(v6) => IpNet::new(IpAddr::V6(v6), 48).ok().map(|net| net.trunc()),
+        IpAddr::V4(_) => None,
+    };
+    std::iter::once(own)
+        .chain(shared)
+        .find(|scope| app.abuse.ban_until_of(*scope).is_some())
 }
 
 #[cfg(test)]

@@ -55,6 +55,20 @@ pub(crate) fn error(status: StatusCode, message: &str) -> Response<Body> {
     json(status, &serde_json::json!({ "error": message }))
 }
 
+/// A question the portal cannot answer, and why: small, so lookups can return it and the
+/// handler turns it into `{"error": message}` with `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub status: StatusCode,
+    pub message: &'static str,
+}
+
+impl Refusal {
+    pub(crate) fn answer(self) -> Response<Body> {
+        error(self.status, self.message)
+    }
+}
+
 pub(crate) fn html(status: StatusCode, page: String) -> Response<Body> {
     let mut response = Response::new(Body::from(page));
     *response.status_mut() = status;

@@ -81,10 +81,19 @@
       var dropped = answer.body.dropped ? " · " + answer.body.dropped + " removed from the line" : "";
       portal.toast("Banned " + answer.body.client + (answer.body.permanent ? " permanently" : "") + dropped);
       table.reload();
+      // Other tabs that show bans (Visitors, Ban log) refresh too.
+      document.dispatchEvent(new CustomEvent("concert:banned", { detail: answer.body }));
     }).catch(function () { submit.disabled = false; });
   });
 
   document.querySelector('[data-action="new-ban"]').addEventListener("click", function () { open(null); });
+
+  // Other tabs ban through the same dialog, with the address filled in.
+  portal.openBanDialog = function (address) {
+    open(null);
+    client.value = address || "";
+    window.setTimeout(function () { duration.focus(); }, 200);
+  };
 
   // Lifting a ban asks for a second click on the same button within a few seconds.
   table.element.addEventListener("click", function (event) {

@@ -55,29 +55,124 @@
     }
   });
 
-  // Puts the rows of `html` into `body`, keeping the element of every row whose markup did
-  // not change (and anything the operator had open in it).
-  function swapRows(body, html) {
-    var incoming = document.createElement("tbody");
-    incoming.innerHTML = html;
-    var kept = {};
-    Array.prototype.forEach.call(body.children, function (row) {
-      if (row.dataset.key !== undefined) kept[row.dataset.key] = row;
-    });
-    var fresh = [];
-    Array.prototype.forEach.call(incoming.children, function (row) {
-      var old = kept[row.dataset.key];
-      fresh.push(old && old.outerHTML === row.outerHTML ? old : row);
-    });
-    while (body.firstChild) body.removeChild(body.firstChild);
-    fresh.forEach(function (row) { body.appendChild(row); });
-    tickTimes(body);
-  }
-
-  portal.table = function (name, url) {
+  // A table of server-rendered rows. Rows whose markup did not change keep their element (and
+  // whatever the operator had open in it). A row with `data-detail` (a fragment URL) and an
+  // `[data-action="expand"]` button opens a detail row beneath it, fetched again only when its
+  // row's markup changes. `options.params()` adds to each request's query.
+  portal.table = function (name, url, options) {
+    options = options || {};
     var table = document.querySelector('[data-table="' + name + '"]');
     if (!table) return null;
     var body = table.querySelector("tbody");
+    // The server's markup of each row shown, by key: rows are compared with this, since the
+    // elements themselves change as times tick and details open.
+    var markup = {};
+    // Open details by row key: {url, page, row, cell}.
+    var open = {};
+
+    function columns() { return table.querySelectorAll("thead th").length || 1; }
+
+    function markExpanded(row, expanded) {
+      var toggle = row.querySelector('[data-action="expand"]');
+      if (!toggle) return;
+      toggle.classList.toggle("expanded", expanded);
+      toggle.setAttribute("aria-expanded", expanded ? "true" : "false");
+    }
+
+    function loadDetail(key) {
+      var detail = open[key];
+      if (!detail) return Promise.resolve();
+      var separator = detail.url.indexOf("?") < 0 ? "?" : "&";
+      return portal.getJSON(detail.url + separator + "page=" + detail.page).then(function (fragment) {
+        if (open[key] !== detail) return;
+        detail.cell.innerHTML = fragment.html;
+        tickTimes(detail.row);
+      }).catch(function (error) {
+        if (open[key] !== detail) return;
+        var gone = /: 404$/.test(String(error && error.message));
+        detail.cell.textContent = gone ? "This is no longer in the history." : "Could not load the details; trying again with the next refresh.";
+      });
+    }
+
+    function openDetail(row) {
+      var key = row.dataset.key;
+      var detailRow = document.createElement("tr");
+      detailRow.className = "detail-row";
+      detailRow.dataset.detailFor = key;
+      var cell = document.createElement("td");
+      cell.colSpan = columns();
+      cell.className = "detail-cell";
+      cell.textContent = "Loading…";
+      detailRow.appendChild(cell);
+      row.parentNode.insertBefore(detailRow, row.nextSibling);
+      open[key] = { url: row.dataset.detail, page: 1, row: detailRow, cell: cell };
+      markExpanded(row, true);
+      return loadDetail(key);
+    }
+
+    function closeDetail(row) {
+      var detail = open[row.dataset.key];
+      if (detail) detail.row.remove();
+      delete open[row.dataset.key];
+      markExpanded(row, false);
+    }
+
+    // Puts the rows of `html` into the body: unchanged rows stay, changed ones are replaced,
+    // and open details follow their rows (refetched when the row changed, closed when it left
+    // the page).
+    function swapRows(html) {
+      var incoming = document.createElement("tbody");
+      incoming.innerHTML = html;
+      var shown = {};
+      Array.prototype.forEach.call(body.children, function (row) {
+        if (row.dataset.key !== undefined) shown[row.dataset.key] = row;
+      });
+      var nextMarkup = {};
+      var placed = [];
+      Array.prototype.forEach.call(incoming.children, function (row) {
+        var key = row.dataset.key;
+        var server = row.outerHTML;
+        nextMarkup[key] = server;
+        var same = shown[key] !== undefined && markup[key] === server;
+        placed.push({ key: key, row: same ? shown[key] : row, changed: !same });
+      });
+      markup = nextMarkup;
+      while (body.firstChild) body.removeChild(body.firstChild);
+      placed.forEach(function (item) {
+        body.appendChild(item.row);
+        var detail = open[item.key];
+        if (!detail) return;
+        markExpanded(item.row, true);
+        body.appendChild(detail.row);
+        if (item.changed) {
+          detail.url = item.row.dataset.detail || detail.url;
+          loadDetail(item.key);
+        }
+      });
+      Object.keys(open).forEach(function (key) {
+        if (!(key in nextMarkup)) delete open[key];
+      });
+      tickTimes(body);
+    }
+
+    table.addEventListener("click", function (event) {
+      var toggle = event.target.closest('[data-action="expand"]');
+      if (toggle) {
+        var row = toggle.closest("tr[data-key]");
+        if (!row || !row.dataset.detail) return;
+        if (open[row.dataset.key]) closeDetail(row);
+        else openDetail(row);
+        return;
+      }
+      var turn = event.target.closest("[data-detail-page]");
+      if (turn) {
+        var detailRow = turn.closest("tr.detail-row");
+        var detail = detailRow && open[detailRow.dataset.detailFor];
+        if (!detail) return;
+        detail.page = Math.max(1, Number(turn.dataset.detailPage) || 1);
+        loadDetail(detailRow.dataset.detailFor);
+      }
+    });
     var pager = document.querySelector('[data-table-pager="' + name + '"]');
     var summary = document.querySelector('[data-table-summary="' + name + '"]');
     var filter = document.querySelector('[data-table-filter="' + name + '"]');
@@ -124,14 +219,15 @@
 
     function load(asked) {
       if (state.hovering && !asked) return Promise.resolve();
-      var query = "?page=" + state.page + "&size=" + state.size + "&q=" + encodeURIComponent(state.q);
+      var query = "?page=" + state.page + "&size=" + state.size + "&q=" + encodeURIComponent(state.q) +
+        (options.params ? options.params() : "");
       return portal.getJSON(url + query).then(function (fragment) {
         skew = fragment.now - Date.now();
         state.page = fragment.page;
         state.pages = fragment.pages;
         if (fragment.html !== state.lastHtml) {
           state.lastHtml = fragment.html;
-          swapRows(body, fragment.html);
+          swapRows(fragment.html);
         }
         if (summary) summary.textContent = fragment.summary;
         var pageText = pager && pager.querySelector("[data-page-text]");
@@ -145,6 +241,12 @@
       }).catch(function () { /* the next round tries again */ });
     }
 
-    return { refresh: function () { return load(false); }, reload: function () { return load(true); }, element: table };
+    return {
+      refresh: function () { return load(false); },
+      reload: function () { return load(true); },
+      // After the filter changed: back to the first page.
+      restart: function () { state.page = 1; return load(true); },
+      element: table
+    };
   };
 })();
