@@ -42,5 +42,11 @@ pub(super) fn forward<'a, B: RequestBody + 'a>(
     generation
         .proxy
         .forward(req, ctx, hold)
-        .map(|response| end_event_stream_on_drain(response, &app.drain))
+        .map(|response| {
+            // The origin's own 5xx and Concert's answers for an origin that failed.
+            if response.status().is_server_error() {
+                app.traffic.origin_error();
+            }
+            end_event_stream_on_drain(response, &app.drain)
+        })
 }
