@@ -179,16 +179,17 @@ impl Monitor {
         kept.samples.push_back(sample);
     }
 
-    /// The totals to compare with for "recently": the oldest kept within [`RECENT`], else the
-    /// newest (the sampler fell behind), else those at start.
+    /// The totals to compare with for "recently": the oldest of those at start and the kept
+    /// samples within [`RECENT`], else the newest (the sampler fell behind).
     fn recent_base(&self, now: Instant) -> (Totals, Instant) {
         let kept = self.kept.lock();
-        let base = kept
-            .samples
-            .iter()
-            .find(|sample| now.duration_since(sample.totals.at) <= RECENT)
-            .or(kept.samples.back())
-            .map_or(kept.first, |sample| sample.totals);
+        let mut all =
+            std::iter::once(&kept.first).chain(kept.samples.iter().map(|sample| &sample.totals));
+        let base = all
+            .find(|totals| now.duration_since(totals.at) <= RECENT)
+            .or(kept.samples.back().map(|sample| &sample.totals))
+            .copied()
+            .unwrap_or(kept.first);
         (base, kept.line_moved)
     }
 
