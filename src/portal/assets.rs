@@ -41,6 +41,7 @@ pub(crate) static ASSETS: &[Asset] = &[
     asset!("js/portal-bans.js", JS),
     asset!("js/portal-queue.js", JS),
     asset!("js/portal-settings.js", JS),
+    asset!("js/portal-monitor.js", JS),
 ];
 
 /// `GET /assets/*path`: an exact name from [`ASSETS`] (so `..`, other directories and the

@@ -26,7 +26,59 @@ struct Dashboard<'a> {
     upstream: &'a str,
     ip_source: &'a str,
     lists: &'a [StatList],
+    cards: &'a [MonitorCard],
 }
+
+/// One of the Monitor's stat cards: the key its figure and sparkline are bound by, its label,
+/// and the line under the figure until the first answer replaces it.
+struct MonitorCard {
+    key: &'static str,
+    label: &'static str,
+    note: &'static str,
+}
+
+static MONITOR_CARDS: &[MonitorCard] = &[
+    MonitorCard {
+        key: "rps",
+        label: "Requests/s",
+        note: "answered, last 5 s",
+    },
+    MonitorCard {
+        key: "latency",
+        label: "Latency p50 / p95",
+        note: "last 5 s",
+    },
+    MonitorCard {
+        key: "errors",
+        label: "Errors/s",
+        note: "5xx answers, last 5 s",
+    },
+    MonitorCard {
+        key: "inflight",
+        label: "In flight",
+        note: "peak —",
+    },
+    MonitorCard {
+        key: "memory",
+        label: "Memory",
+        note: "resident",
+    },
+    MonitorCard {
+        key: "cpu",
+        label: "CPU",
+        note: "100 % is one core",
+    },
+    MonitorCard {
+        key: "threads",
+        label: "Threads",
+        note: "of the process",
+    },
+    MonitorCard {
+        key: "queue",
+        label: "Queue depth",
+        note: "waiting in line",
+    },
+];
 
 /// One of the Overview's lists: a title and the figures it shows (key, label).
 struct StatList {
@@ -147,6 +199,7 @@ pub(super) async fn index(State(portal): State<Arc<Portal>>, request: Request) -
         upstream: &upstream,
         ip_source: &ip_source,
         lists: OVERVIEW_LISTS,
+        cards: MONITOR_CARDS,
     };
     rendered(StatusCode::OK, page.render())
 }
