@@ -112,10 +112,7 @@ async fn an_operator_opens_the_monitor_and_sees_it_filled() {
     assert_eq!(page.eval(&text_of("inflight")).await.unwrap(), "0");
     assert_eq!(page.eval(&text_of("queue")).await.unwrap(), "0");
     let memory = page.eval(&text_of("memory")).await.unwrap();
-    assert!(
-        memory.as_str().unwrap().ends_with(" MB"),
-        "memory {memory}"
-    );
+    assert!(memory.as_str().unwrap().ends_with(" MB"), "memory {memory}");
     let threads = page.eval(&text_of("threads")).await.unwrap();
     assert!(
         threads.as_str().unwrap().parse::<u64>().unwrap() >= 1,
@@ -142,7 +139,11 @@ async fn an_operator_opens_the_monitor_and_sees_it_filled() {
         .collect();
     assert_eq!(columns.len(), 14);
     assert_eq!(columns.iter().sum::<u64>(), 20, "{columns:?}");
-    assert_eq!(columns[..5].iter().sum::<u64>(), 0, "none under 25 ms: {columns:?}");
+    assert_eq!(
+        columns[..5].iter().sum::<u64>(),
+        0,
+        "none under 25 ms: {columns:?}"
+    );
     let drawn = page
         .eval("Array.from(document.querySelectorAll('#monitor-histogram .histogram-bar')).filter(b => parseFloat(b.style.height) > 0).length")
         .await
@@ -176,7 +177,9 @@ async fn an_operator_opens_the_monitor_and_sees_it_filled() {
     )
     .await
     .unwrap();
-    page.screenshot(artefact("monitor-light.png")).await.unwrap();
+    page.screenshot(artefact("monitor-light.png"))
+        .await
+        .unwrap();
 
     // Phone width: the cards stack, the histogram scrolls inside its card, the page does not.
     page.set_viewport(390, 844, true).await.unwrap();
@@ -186,7 +189,9 @@ async fn an_operator_opens_the_monitor_and_sees_it_filled() {
     )
     .await
     .unwrap();
-    page.screenshot(artefact("monitor-phone.png")).await.unwrap();
+    page.screenshot(artefact("monitor-phone.png"))
+        .await
+        .unwrap();
 
     // Another tab: the Monitor stops asking.
     page.eval("document.querySelector('[data-tab=\"overview\"]').click(); true")

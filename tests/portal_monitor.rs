@@ -24,7 +24,10 @@ async fn monitored(upstream: &str, args: &[&str]) -> Monitored {
     let mut argv = vec!["-upstream", upstream, "-portal-listen", "127.0.0.1:0"];
     argv.extend_from_slice(args);
     let running = concert_with_env(&argv, &[("CONCERT_PORTAL_PASS", PASS)]).await;
-    let portal = format!("http://{}", running.portal_addr.expect("the portal listens"));
+    let portal = format!(
+        "http://{}",
+        running.portal_addr.expect("the portal listens")
+    );
     let answer = plain_client()
         .post(format!("{portal}/login"))
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -139,7 +142,10 @@ async fn the_monitor_wants_a_session() {
     assert_eq!(body["error"], "sign in required");
     let forged = plain_client()
         .get(format!("{}/api/monitor", monitored.portal))
-        .header("Cookie", "concert_portal=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+        .header(
+            "Cookie",
+            "concert_portal=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        )
         .send()
         .await
         .unwrap();
@@ -246,7 +252,10 @@ async fn requests_are_in_flight_while_the_origin_holds_them_and_not_after() {
     assert_eq!(monitored.in_flight_becomes(|n| n == 2).await, 2);
     let during = monitored.monitor().await;
     assert!(during["traffic"]["inflight_peak"].as_u64().unwrap() >= 2);
-    assert_eq!(during["traffic"]["requests_total"], 0, "nothing answered yet");
+    assert_eq!(
+        during["traffic"]["requests_total"], 0,
+        "nothing answered yet"
+    );
     let sample_fields = [
         "t",
         "rps",
@@ -263,7 +272,11 @@ async fn requests_are_in_flight_while_the_origin_holds_them_and_not_after() {
     let samples = during["samples"].as_array().unwrap();
     assert!(!samples.is_empty(), "a sample is taken at start");
     for field in sample_fields {
-        assert!(samples[0].get(field).is_some(), "no {field} in {}", samples[0]);
+        assert!(
+            samples[0].get(field).is_some(),
+            "no {field} in {}",
+            samples[0]
+        );
     }
 
     // Gone without a goodbye: its request is no longer in flight, and was never answered.
@@ -316,19 +329,29 @@ async fn the_health_entries_say_what_they_see() {
     let room = health(&monitor, "Waiting room")["detail"].as_str().unwrap();
     assert!(room.starts_with("nobody waiting · "), "{room}");
     assert!(room.ends_with(" of 2 page slots in use"), "{room}");
-    let abuse = health(&monitor, "Abuse registry")["detail"].as_str().unwrap();
-    assert!(abuse.starts_with("on · ") && abuse.contains("clients tracked"), "{abuse}");
+    let abuse = health(&monitor, "Abuse registry")["detail"]
+        .as_str()
+        .unwrap();
+    assert!(
+        abuse.starts_with("on · ") && abuse.contains("clients tracked"),
+        "{abuse}"
+    );
     // With a data directory the history is written to history.jsonl in it.
     let log = health(&monitor, "History log")["detail"].as_str().unwrap();
     assert!(log.contains("history.jsonl · "), "{log}");
     assert!(log.ends_with(" dropped"), "{log}");
     assert_eq!(monitor["history"]["persisted"], true);
     assert_eq!(monitor["history"]["dropped"], 0);
-    let dir = health(&monitor, "Data directory")["detail"].as_str().unwrap();
+    let dir = health(&monitor, "Data directory")["detail"]
+        .as_str()
+        .unwrap();
     assert!(dir.starts_with(&data.path().display().to_string()), "{dir}");
     assert!(dir.contains("last saved"), "{dir}");
     let files = health(&monitor, "Open files")["detail"].as_str().unwrap();
-    assert!(files.contains(" of ") && files.contains("in use"), "{files}");
+    assert!(
+        files.contains(" of ") && files.contains("in use"),
+        "{files}"
+    );
 
     // The process's own figures, from the kernel.
     let process = &monitor["process"];

@@ -10,9 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upper edges of the latency buckets, in milliseconds; one more bucket holds the slower rest.
-pub(crate) const BOUNDS_MS: [u64; 13] = [
-    1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000,
-];
+pub(crate) const BOUNDS_MS: [u64; 13] =
+    [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
 /// The buckets: one per edge, and the overflow.
 pub(crate) const BUCKETS: usize = BOUNDS_MS.len() + 1;
 /// Status classes 1xx to 5xx.
@@ -173,10 +172,7 @@ pub(crate) fn quantile_ms(buckets: &[u64; BUCKETS], q: f64) -> Option<f64> {
 }
 
 /// `after - before`, bucket by bucket: the answers between two readings.
-pub(crate) fn buckets_between(
-    after: &[u64; BUCKETS],
-    before: &[u64; BUCKETS],
-) -> [u64; BUCKETS] {
+pub(crate) fn buckets_between(after: &[u64; BUCKETS], before: &[u64; BUCKETS]) -> [u64; BUCKETS] {
     std::array::from_fn(|i| after[i].saturating_sub(before[i]))
 }
 
@@ -236,7 +232,10 @@ mod tests {
         buckets[1] = 10;
         let near = |q: f64, expected: f64| {
             let value = quantile_ms(&buckets, q).unwrap();
-            assert!((value - expected).abs() < 1e-9, "q {q}: {value}, not {expected}");
+            assert!(
+                (value - expected).abs() < 1e-9,
+                "q {q}: {value}, not {expected}"
+            );
         };
         near(0.5, 50.0 / 90.0);
         near(0.95, 1.5);

@@ -149,7 +149,10 @@ impl Monitor {
         let now = Totals::of(app, figures.cpu_seconds);
         let room = app.room.stats();
         let mut kept = self.kept.lock();
-        let before = kept.samples.back().map_or(kept.first, |sample| sample.totals);
+        let before = kept
+            .samples
+            .back()
+            .map_or(kept.first, |sample| sample.totals);
         let seconds = now.at.duration_since(before.at).as_secs_f64().max(0.001);
         let per_second = |after: u64, before: u64| after.saturating_sub(before) as f64 / seconds;
         let answers = buckets_between(&now.traffic.buckets, &before.traffic.buckets);
@@ -161,10 +164,7 @@ impl Monitor {
             rps: per_second(now.traffic.answered(), before.traffic.answered()),
             p50_ms: quantile_ms(&answers, 0.50),
             p95_ms: quantile_ms(&answers, 0.95),
-            errors_per_s: per_second(
-                now.traffic.server_errors(),
-                before.traffic.server_errors(),
-            ),
+            errors_per_s: per_second(now.traffic.server_errors(), before.traffic.server_errors()),
             inflight: now.traffic.in_flight,
             threads: figures.threads,
             rss_mb: figures.rss_bytes.map(megabytes),
@@ -527,10 +527,9 @@ pub(super) fn monitor_json(
 /// `GET /api/monitor`.
 pub(super) async fn show(State(portal): State<Arc<Portal>>) -> Response<Body> {
     // The kernel's files are read off the serving threads.
-    let figures = match tokio::task::spawn_blocking(process_figures::read).await {
-        Ok(figures) => figures,
-        Err(_) => ProcessFigures::default(),
-    };
+    let figures: ProcessFigures = tokio::task::spawn_blocking(process_figures::read)
+        .await
+        .unwrap_or_default();
     respond::json(
         StatusCode::OK,
         &monitor_json(&portal.app, &portal.monitor, &figures, SystemTime::now()),

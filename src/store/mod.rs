@@ -246,7 +246,12 @@ mod tests {
         dir.write_atomic("gone/x.json", b"two").unwrap_err();
         let failed = dir.saves();
         assert_eq!(failed.failed, 1);
-        assert!(failed.failing.as_deref().is_some_and(|why| why.contains("gone/x.json")));
+        assert!(
+            failed
+                .failing
+                .as_deref()
+                .is_some_and(|why| why.contains("gone/x.json"))
+        );
         dir.write_atomic("x.json", b"three").unwrap();
         let recovered = dir.saves();
         assert_eq!((recovered.failed, recovered.failing), (1, None));

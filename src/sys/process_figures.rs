@@ -108,7 +108,9 @@ mod tests {
         let limits = "Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1024                 524288               files     \n";
         assert_eq!(open_files_limit(limits), Some(1024));
         assert_eq!(
-            open_files_limit("Max open files            unlimited            unlimited            files"),
+            open_files_limit(
+                "Max open files            unlimited            unlimited            files"
+            ),
             None
         );
     }
