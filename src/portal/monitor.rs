@@ -133,10 +133,11 @@ impl Monitor {
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 every.tick().await;
-                // The kernel's files are read off the serving threads.
-                let Ok(figures) = tokio::task::spawn_blocking(process_figures::read).await else {
-                    return;
-                };
+                // The kernel's files are read off the serving threads; should that fail, the
+                // sample still has the traffic and the room, with the process figures unknown.
+                let figures: ProcessFigures = tokio::task::spawn_blocking(process_figures::read)
+                    .await
+                    .unwrap_or_default();
                 let (Some(monitor), Some(app)) = (monitor.upgrade(), app.upgrade()) else {
                     return;
                 };
