@@ -222,6 +222,8 @@ pub struct App {
     generation: ArcSwap<Generation>,
     pub room: Arc<Room>,
     pub counters: Counters,
+    /// The main listener's requests by latency and status, and those in flight (the Monitor's).
+    pub(crate) traffic: crate::pipeline::Traffic,
     /// Failed exchanges with the origin, by whose fault (every proxy generation counts here).
     pub upstream_failures: Arc<FailureCounts>,
     /// Strikes, bans and range bans (process-wide; reconfigured on live changes).
@@ -322,6 +324,7 @@ impl App {
             generation: ArcSwap::from_pointee(generation),
             room,
             counters: Counters::default(),
+            traffic: crate::pipeline::Traffic::default(),
             upstream_failures,
             abuse,
             history,

@@ -18,7 +18,8 @@
 //!    429 JSON or full), the admission pass issued or slid, then the origin with the page (or
 //!    lane) slot held until the response has been delivered, and the origin's priority grant;
 //! 7. [`origin`] hands requests to the proxy, [`record`] notes the answered request in the
-//!    request history (banned ones too), and [`access_log`] writes the line.
+//!    request history (banned ones too) and in the [`traffic`] figures, and [`access_log`]
+//!    writes the line.
 //!
 //! The pipeline is one [`tower::Service`] ([`Pipeline`]), mounted as the catch-all of an axum
 //! [`Router`] by [`router`]; the server calls [`handle`] itself (see there why).
@@ -34,6 +35,7 @@ mod record;
 mod request;
 mod routes;
 mod tiers;
+pub(crate) mod traffic;
 mod upload;
 
 #[cfg(test)]
@@ -62,6 +64,7 @@ use crate::wire::client_body::ClientBody;
 use routes::Stage;
 
 pub use request::ConnInfo;
+pub(crate) use traffic::Traffic;
 
 /// The pipeline for one request. Never panics on input; every refusal is a
 /// [`crate::respond::Rejection`].
@@ -87,6 +90,8 @@ async fn run_stages<B: RequestBody + Unpin>(
     conn: ConnInfo,
     req: Request<ClientBody<B>>,
 ) -> Response<Body> {
+    // Dropped with this future: on an answer, and as well when the client goes away first.
+    let _in_flight = app.traffic.arrive();
     let generation = app.generation();
     let started = Instant::now();
     let method = req.method().clone();
@@ -98,7 +103,10 @@ async fn run_stages<B: RequestBody + Unpin>(
                 .bad_requests_total
                 .fetch_add(1, Ordering::Relaxed);
             let html = identity::is_html_client(req.headers());
-            return rejection.for_client(html).into_response();
+            let response = rejection.for_client(html).into_response();
+            app.traffic
+                .answered(response.status().as_u16(), started.elapsed());
+            return response;
         }
     };
     let arrival = app.history.arrive(req.headers());

@@ -39,8 +39,11 @@ pub(super) fn forward<'a, B: RequestBody + 'a>(
     app.counters.proxied_total.fetch_add(1, Ordering::Relaxed);
     // A combinator rather than an `async` block, which would hold the proxy's future twice:
     // once as captured, once as awaited.
-    generation
-        .proxy
-        .forward(req, ctx, hold)
-        .map(|response| end_event_stream_on_drain(response, &app.drain))
+    generation.proxy.forward(req, ctx, hold).map(|response| {
+        // The origin's own 5xx and Concert's answers for an origin that failed.
+        if response.status().is_server_error() {
+            app.traffic.origin_error();
+        }
+        end_event_stream_on_drain(response, &app.drain)
+    })
 }

@@ -1,4 +1,5 @@
-//! The request history's note of each request, taken once its answer is known.
+//! The note of each request taken once its answer is known: in the traffic figures, and in
+//! the request history.
 
 use std::sync::atomic::Ordering;
 
@@ -30,6 +31,8 @@ pub(super) fn record(
     started: Instant,
     stage: Option<Stage>,
 ) {
+    let latency = started.elapsed();
+    app.traffic.answered(status.as_u16(), latency);
     let Some(client) = info.client else { return };
     app.history.record(
         arrival,
@@ -39,7 +42,7 @@ pub(super) fn record(
             target: &info.target,
             path_len: info.path_len,
             status: status.as_u16(),
-            latency: started.elapsed(),
+            latency,
             banned: stage.is_none(),
             quiet: quiet(stage, info.path()),
             rank: info.rank.load(Ordering::Relaxed),

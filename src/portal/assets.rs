@@ -43,6 +43,7 @@ pub(crate) static ASSETS: &[Asset] = &[
     asset!("js/portal-settings.js", JS),
     asset!("js/portal-visitors.js", JS),
     asset!("js/portal-banlog.js", JS),
+    asset!("js/portal-monitor.js", JS),
 ];
 
 /// `GET /assets/*path`: an exact name from [`ASSETS`] (so `..`, other directories and the

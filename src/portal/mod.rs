@@ -13,6 +13,7 @@ mod banlog;
 mod bans;
 mod fragments;
 mod local_user;
+mod monitor;
 mod pages;
 mod queue;
 mod respond;
@@ -50,6 +51,8 @@ pub struct Portal {
     app: Arc<App>,
     auth: Auth,
     samples: Arc<api::Samples>,
+    /// The Monitor tab's samples.
+    monitor: Arc<monitor::Monitor>,
     /// Country, network and ASN beside client addresses.
     ip_details: Arc<IpInfo>,
 }
@@ -74,15 +77,20 @@ impl Portal {
         Some(Arc::new(Portal {
             auth: Auth::new(&config.portal_pass),
             samples: Arc::default(),
+            monitor: Arc::new(monitor::Monitor::new(&app)),
             ip_details,
             app,
         }))
     }
 
-    /// The portal's background work: the chart sampler, and the janitor that forgets expired
-    /// sessions and failure records.
+    /// The portal's background work: the samplers of the Overview's charts and of the
+    /// Monitor, and the janitor that forgets expired sessions and failure records.
     pub(crate) fn spawn_tasks(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
-        vec![self.samples.spawn_sampler(&self.app), self.spawn_janitor()]
+        vec![
+            self.samples.spawn_sampler(&self.app),
+            self.monitor.spawn_sampler(&self.app),
+            self.spawn_janitor(),
+        ]
     }
 
     fn spawn_janitor(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
@@ -126,6 +134,7 @@ pub fn router(portal: Arc<Portal>) -> Router {
     let api = Router::new()
         .route("/api/overview", get(api::overview))
         .route("/api/series", get(api::series))
+        .route("/api/monitor", get(monitor::show))
         .route(
             "/api/bans",
             get(bans::list).post(bans::ban).delete(bans::unban),

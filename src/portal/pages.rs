@@ -31,7 +31,120 @@ struct Dashboard<'a> {
     history_limits: Limits,
     /// Ban windows the history keeps at most.
     max_windows: usize,
+    cards: &'a [MonitorCard],
+    tabs: &'a [Tab],
 }
+
+/// One tab of the dashboard: its pill and the script that fills it. The panel itself is the
+/// template `templates/portal/tab_<id>.html`, included by `dashboard.html` (an include must
+/// name its file), and its data comes from the tab's own module under `src/portal/`.
+pub(super) struct Tab {
+    /// The `data-tab` name, also kept in the URL's fragment.
+    pub id: &'static str,
+    pub label: &'static str,
+    /// An Overview figure shown as a count on the pill.
+    pub badge: Option<&'static str>,
+    /// Its script under `/assets/js/`, loaded after the shared ones; none for the Overview.
+    pub script: Option<&'static str>,
+}
+
+/// The tabs in the order of their pills. A new tab (the fast lane's, say) is one entry here,
+/// one `tab_<id>.html` included in the dashboard, one script in the asset table, and its routes.
+pub(super) static TABS: &[Tab] = &[
+    Tab {
+        id: "overview",
+        label: "Overview",
+        badge: None,
+        script: None,
+    },
+    Tab {
+        id: "queue",
+        label: "Queue",
+        badge: Some("live_queue_depth"),
+        script: Some("portal-queue.js"),
+    },
+    Tab {
+        id: "bans",
+        label: "Bans",
+        badge: Some("active_bans"),
+        script: Some("portal-bans.js"),
+    },
+    Tab {
+        id: "visitors",
+        label: "Visitors",
+        badge: Some("history_clients"),
+        script: Some("portal-visitors.js"),
+    },
+    Tab {
+        id: "banlog",
+        label: "Ban log",
+        badge: None,
+        script: Some("portal-banlog.js"),
+    },
+    Tab {
+        id: "monitor",
+        label: "Monitor",
+        badge: None,
+        script: Some("portal-monitor.js"),
+    },
+    Tab {
+        id: "settings",
+        label: "Settings",
+        badge: None,
+        script: Some("portal-settings.js"),
+    },
+];
+
+/// One of the Monitor's stat cards: the key its figure and sparkline are bound by, its label,
+/// and the line under the figure until the first answer replaces it.
+struct MonitorCard {
+    key: &'static str,
+    label: &'static str,
+    note: &'static str,
+}
+
+static MONITOR_CARDS: &[MonitorCard] = &[
+    MonitorCard {
+        key: "rps",
+        label: "Requests/s",
+        note: "answered, last 5 s",
+    },
+    MonitorCard {
+        key: "latency",
+        label: "Latency p50 / p95",
+        note: "last 5 s",
+    },
+    MonitorCard {
+        key: "errors",
+        label: "Errors/s",
+        note: "5xx answers, last 5 s",
+    },
+    MonitorCard {
+        key: "inflight",
+        label: "In flight",
+        note: "peak —",
+    },
+    MonitorCard {
+        key: "memory",
+        label: "Memory",
+        note: "resident",
+    },
+    MonitorCard {
+        key: "cpu",
+        label: "CPU",
+        note: "100 % is one core",
+    },
+    MonitorCard {
+        key: "threads",
+        label: "Threads",
+        note: "of the process",
+    },
+    MonitorCard {
+        key: "queue",
+        label: "Queue depth",
+        note: "waiting in line",
+    },
+];
 
 /// One of the Overview's lists: a title and the figures it shows (key, label).
 struct StatList {
@@ -158,6 +271,8 @@ pub(super) async fn index(State(portal): State<Arc<Portal>>, request: Request) -
         lists: OVERVIEW_LISTS,
         history_limits: Limits::default(),
         max_windows: MAX_WINDOWS,
+        cards: MONITOR_CARDS,
+        tabs: TABS,
     };
     rendered(StatusCode::OK, page.render())
 }

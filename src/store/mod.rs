@@ -14,7 +14,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 pub(crate) use bans::{load_bans, save_bans, spawn_ban_writer};
 pub(crate) use queue::{clear_queue, restore_queue, save_queue, spawn_queue_snapshots};
@@ -53,6 +53,18 @@ pub struct DataDir {
     /// Held from taking a snapshot of the state until its file is in place, so a slower, older
     /// save (the periodic writer) can never land after a newer one (an admin flush).
     saving: parking_lot::Mutex<()>,
+    /// How the writes have gone, so an operator can see that state is being kept.
+    record: parking_lot::Mutex<SaveRecord>,
+}
+
+/// How a data directory's writes have gone since start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SaveRecord {
+    pub saved: u64,
+    pub failed: u64,
+    pub last_saved: Option<SystemTime>,
+    /// Why the latest write failed, while no write has succeeded since.
+    pub failing: Option<String>,
 }
 
 impl DataDir {
@@ -91,6 +103,7 @@ impl DataDir {
             path: path.to_path_buf(),
             _lock: lock,
             saving: parking_lot::Mutex::new(()),
+            record: parking_lot::Mutex::default(),
         };
         // Fail fast on a read-only or full directory rather than at the first real save.
         dir.write_atomic(".probe", b"ok")?;
@@ -104,6 +117,11 @@ impl DataDir {
 
     pub fn file(&self, name: &str) -> PathBuf {
         self.path.join(name)
+    }
+
+    /// How the writes have gone since the directory was opened.
+    pub fn saves(&self) -> SaveRecord {
+        self.record.lock().clone()
     }
 
     /// The file's bytes, or `None` when it does not exist.
@@ -131,10 +149,20 @@ impl DataDir {
                 temp.persist(&target).map_err(|failed| failed.error)
             });
         if let Err(source) = written {
-            return Err(PersistError::Io {
+            let error = PersistError::Io {
                 path: target,
                 source,
-            });
+            };
+            let mut record = self.record.lock();
+            record.failed += 1;
+            record.failing = Some(error.to_string());
+            return Err(error);
+        }
+        {
+            let mut record = self.record.lock();
+            record.saved += 1;
+            record.last_saved = Some(SystemTime::now());
+            record.failing = None;
         }
         // Best effort: make the rename itself durable.
         if let Ok(dir) = File::open(&self.path) {
@@ -204,6 +232,29 @@ mod tests {
             .collect();
         assert!(leftovers.is_empty());
         assert!(dir.read("missing").unwrap().is_none());
+    }
+
+    #[test]
+    fn saves_are_counted_and_a_failure_shows_until_the_next_success() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = DataDir::open(root.path()).unwrap();
+        let opened = dir.saves();
+        assert!(opened.last_saved.is_some(), "the probe write counts");
+        dir.write_atomic("x.json", b"one").unwrap();
+        assert_eq!(dir.saves().saved, opened.saved + 1);
+        // No such subdirectory: the rename into place fails.
+        dir.write_atomic("gone/x.json", b"two").unwrap_err();
+        let failed = dir.saves();
+        assert_eq!(failed.failed, 1);
+        assert!(
+            failed
+                .failing
+                .as_deref()
+                .is_some_and(|why| why.contains("gone/x.json"))
+        );
+        dir.write_atomic("x.json", b"three").unwrap();
+        let recovered = dir.saves();
+        assert_eq!((recovered.failed, recovered.failing), (1, None));
     }
 
     #[test]

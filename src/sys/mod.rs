@@ -1,5 +1,6 @@
 //! Plumbing below the product: clocks, timers, slots, shards, the allocator, logging, systemd,
-//! the keyed hash tags are made with, and the serving workers' turns on a shared core.
+//! the keyed hash tags are made with, the serving workers' turns on a shared core, and what the
+//! kernel says about the process.
 
 pub mod allocator;
 pub mod coarse_clock;
@@ -8,6 +9,7 @@ pub(crate) mod io_wrap;
 pub(crate) mod keyed_hash;
 pub mod logging;
 pub(crate) mod moving_timer;
+pub(crate) mod process_figures;
 pub(crate) mod shard;
 pub(crate) mod slots;
 pub(crate) mod systemd;

@@ -1,0 +1,266 @@
+// The Monitor tab: health verdicts, figures with their last ten minutes as sparklines, and the
+// latency histogram, from /api/monitor every 5 s while the tab is open and the page visible.
+(function () {
+  "use strict";
+  var portal = window.ConcertPortal;
+  var panel = document.getElementById("tab-monitor");
+  if (!portal || !panel) return;
+
+  var EVERY_MS = 5000;
+  var timer = null;
+  var sparks = {};
+  var lastHealth = "";
+
+  // Each card's sparkline: the sample fields it draws, with their colours.
+  var SPARKS = {
+    rps: [["rps", "#4fa3d9"]],
+    latency: [["p50_ms", "#4fa3d9"], ["p95_ms", "#ff71c7"]],
+    errors: [["errors_per_s", "#e05555"]],
+    inflight: [["inflight", "#9b59d0"]],
+    memory: [["rss_mb", "#4fa3d9"]],
+    cpu: [["cpu_pct", "#ff71c7"]],
+    threads: [["threads", "#9b59d0"]],
+    queue: [["queue_depth", "#ff71c7"], ["occupancy", "#4fa3d9"]]
+  };
+
+  function set(selector, text) {
+    panel.querySelectorAll(selector).forEach(function (element) {
+      if (element.textContent !== text) element.textContent = text;
+    });
+  }
+
+  function ms(value) {
+    if (value === null || value === undefined) return "—";
+    if (value < 10) return value.toFixed(1) + " ms";
+    if (value < 1000) return Math.round(value) + " ms";
+    return (value / 1000).toFixed(2) + " s";
+  }
+
+  function rate(value) {
+    if (value === null || value === undefined) return "—";
+    return value < 10 ? value.toFixed(1) : String(Math.round(value));
+  }
+
+  function megabytes(value) {
+    if (value === null || value === undefined) return "—";
+    return value >= 1024 ? (value / 1024).toFixed(2) + " GB" : value.toFixed(1) + " MB";
+  }
+
+  function count(value) {
+    if (value === null || value === undefined) return "—";
+    return Number(value).toLocaleString();
+  }
+
+  function span(seconds) {
+    var s = Math.floor(seconds);
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m " + (s % 60) + "s";
+    if (s < 48 * 3600) return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+    return Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
+  }
+
+  function renderHealth(health) {
+    var key = JSON.stringify(health);
+    if (key === lastHealth) return;
+    lastHealth = key;
+    var holder = document.getElementById("monitor-health");
+    holder.textContent = "";
+    health.forEach(function (entry) {
+      var item = document.createElement("div");
+      item.className = "health-item " + (entry.ok ? "health-ok" : "health-bad");
+      item.dataset.health = entry.name;
+      var icon = document.createElement("i");
+      icon.className = "bi " + (entry.ok ? "bi-check-circle-fill" : "bi-exclamation-triangle-fill");
+      icon.setAttribute("aria-hidden", "true");
+      var text = document.createElement("div");
+      text.className = "health-text";
+      var name = document.createElement("div");
+      name.className = "health-name";
+      name.textContent = entry.name + (entry.ok ? "" : " · needs a look");
+      var detail = document.createElement("div");
+      detail.className = "health-detail";
+      detail.textContent = entry.detail;
+      text.appendChild(name);
+      text.appendChild(detail);
+      item.appendChild(icon);
+      item.appendChild(text);
+      holder.appendChild(item);
+    });
+  }
+
+  function renderCards(answer) {
+    var latest = answer.samples.length ? answer.samples[answer.samples.length - 1] : null;
+    var traffic = answer.traffic;
+    var process = answer.process;
+    var memory = answer.memory;
+    set('[data-monitor="rps"]', latest ? rate(latest.rps) : "—");
+    set('[data-monitor="latency"]', latest ? ms(latest.p50_ms) + " / " + ms(latest.p95_ms) : "—");
+    set('[data-monitor="errors"]', latest ? rate(latest.errors_per_s) : "—");
+    set('[data-monitor="inflight"]', count(traffic.inflight));
+    set('[data-monitor="inflight_note"]', "peak " + count(traffic.inflight_peak));
+    set('[data-monitor="memory"]', megabytes(memory.rss_mb));
+    set('[data-monitor="cpu"]', process.cpu_pct === null || process.cpu_pct === undefined ? "—" : process.cpu_pct.toFixed(1) + " %");
+    set('[data-monitor="threads"]', count(process.threads));
+    set('[data-monitor="queue"]', count(traffic.queue_depth));
+    set('[data-monitor="queue_note"]', "waiting · " + count(traffic.occupancy) + " of " + count(traffic.cap) + " slots in use");
+    set('[data-monitor="total_p50"]', ms(traffic.p50_ms));
+    set('[data-monitor="total_p95"]', ms(traffic.p95_ms));
+    set('[data-monitor="total_p99"]', ms(traffic.p99_ms));
+    panel.querySelector('[data-card="errors"]').classList.toggle("card-alert", !!latest && latest.errors_per_s > 0);
+
+    var status = traffic.status;
+    set('[data-process="version"]', process.version);
+    set('[data-process="uptime"]', span(process.uptime_seconds));
+    set('[data-process="workers"]', count(process.workers));
+    set('[data-process="connections"]', count(process.connections));
+    set('[data-process="files"]', count(process.open_fds) + (process.fd_limit ? " of " + count(process.fd_limit) : ""));
+    set('[data-process="cpu_seconds"]', process.cpu_seconds === null ? "—" : process.cpu_seconds.toFixed(1) + " s");
+    set('[data-process="rss_peak"]', megabytes(memory.rss_peak_mb));
+    set('[data-process="virtual"]', megabytes(memory.virtual_mb));
+    set('[data-process="requests_total"]', count(traffic.requests_total));
+    set('[data-process="status_low"]', [status["1xx"], status["2xx"], status["3xx"]].map(count).join(" / "));
+    set('[data-process="status_high"]', [status["4xx"], status["5xx"]].map(count).join(" / "));
+    set('[data-process="history"]', answer.history.status);
+  }
+
+  // The histogram: one column per bucket, as tall as its share of the fullest bucket.
+  function renderHistogram(traffic) {
+    var holder = document.getElementById("monitor-histogram");
+    var buckets = traffic.buckets;
+    // Upper edges: milliseconds, seconds from 1000 on; the last column is the slower rest.
+    var labels = traffic.bounds_ms.map(function (bound) {
+      return bound >= 1000 ? bound / 1000 + "s" : String(bound);
+    });
+    labels.push(">" + traffic.bounds_ms[traffic.bounds_ms.length - 1] / 1000 + "s");
+    if (holder.children.length !== buckets.length) {
+      holder.textContent = "";
+      buckets.forEach(function (_, index) {
+        var column = document.createElement("div");
+        column.className = "histogram-column";
+        var number = document.createElement("div");
+        number.className = "histogram-count";
+        var track = document.createElement("div");
+        track.className = "histogram-track";
+        var bar = document.createElement("div");
+        bar.className = "histogram-bar";
+        track.appendChild(bar);
+        var label = document.createElement("div");
+        label.className = "histogram-label";
+        label.textContent = labels[index];
+        column.appendChild(number);
+        column.appendChild(track);
+        column.appendChild(label);
+        holder.appendChild(column);
+      });
+    }
+    var most = Math.max.apply(null, buckets.concat([1]));
+    buckets.forEach(function (value, index) {
+      var column = holder.children[index];
+      var number = column.querySelector(".histogram-count");
+      var text = value ? count(value) : "";
+      if (number.textContent !== text) number.textContent = text;
+      var range = index < traffic.bounds_ms.length ? "up to " + ms(traffic.bounds_ms[index]) : "over " + ms(traffic.bounds_ms[index - 1]);
+      column.title = range + ": " + count(value);
+      var bar = column.querySelector(".histogram-bar");
+      bar.style.height = (value ? Math.max(2, (value / most) * 100) : 0).toFixed(1) + "%";
+      bar.dataset.count = String(value);
+    });
+  }
+
+  function sparkData(samples, fields) {
+    var data = [samples.map(function (sample) { return sample.t; })];
+    fields.forEach(function (field) {
+      data.push(samples.map(function (sample) {
+        var value = sample[field[0]];
+        return value === undefined ? null : value;
+      }));
+    });
+    return data;
+  }
+
+  function renderSparks(samples) {
+    if (typeof uPlot === "undefined") return;
+    panel.querySelectorAll("[data-spark]").forEach(function (element) {
+      var kind = element.dataset.spark;
+      var fields = SPARKS[kind];
+      if (!fields) return;
+      var data = sparkData(samples, fields);
+      var width = element.clientWidth;
+      if (sparks[kind]) {
+        sparks[kind].setData(data);
+        return;
+      }
+      if (width === 0) return; // hidden: drawn once the tab shows
+      var options = {
+        width: width,
+        height: 44,
+        cursor: { show: false },
+        legend: { show: false },
+        select: { show: false },
+        axes: [{ show: false }, { show: false }],
+        // From zero, with a little room below so a line at zero still shows.
+        scales: { x: { time: true }, y: { range: function (u, min, max) {
+          var top = max > 0 ? max * 1.1 : 1;
+          return [Math.min(0, min || 0) - top * 0.05, top];
+        } } },
+        // uPlot marks the points itself while they are few (a fresh start has one sample).
+        series: [{}].concat(fields.map(function (field) {
+          return { stroke: field[1], width: 1.5, spanGaps: true };
+        }))
+      };
+      sparks[kind] = new uPlot(options, data, element);
+    });
+  }
+
+  function fitSparks() {
+    panel.querySelectorAll("[data-spark]").forEach(function (element) {
+      var plot = sparks[element.dataset.spark];
+      if (plot && element.clientWidth > 0) plot.setSize({ width: element.clientWidth, height: 44 });
+    });
+  }
+
+  function render(answer) {
+    renderHealth(answer.health || []);
+    renderCards(answer);
+    renderHistogram(answer.traffic);
+    renderSparks(answer.samples || []);
+    panel.dataset.loaded = "true";
+  }
+
+  function fetchNow() {
+    portal.getJSON("/api/monitor").then(render).catch(function () { /* next round */ });
+  }
+
+  function stop() {
+    if (timer) window.clearInterval(timer);
+    timer = null;
+  }
+
+  function visible() {
+    return portal.isActive("monitor") && !document.hidden;
+  }
+
+  function start() {
+    if (!visible()) return;
+    fetchNow();
+    if (!timer) {
+      timer = window.setInterval(function () {
+        // Another tab opened or the page went to the background: stop asking.
+        if (!visible()) { stop(); return; }
+        fetchNow();
+      }, EVERY_MS);
+    }
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) stop(); else start();
+  });
+  window.addEventListener("resize", fitSparks);
+
+  portal.tab("monitor", {
+    shown: function () {
+      fitSparks();
+      start();
+    }
+  });
+})();
