@@ -1,6 +1,7 @@
 //! The admin portal in a real browser: sign in through the form, watch the Overview fill in
-//! and draw its charts under the portal's self-only content policy, switch the theme, sign
-//! out. A screenshot of each view is left in the build's temp directory.
+//! and draw its charts under the portal's self-only content policy, switch the theme, move a
+//! visitor up and remove one, ban and unban from the Bans tab, open every other tab, change the
+//! cap in Settings, sign out. A screenshot of each view is left in the build's temp directory.
 
 #[path = "support/browser.rs"]
 mod browser;
@@ -241,6 +242,65 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
     assert!(
         status == reqwest::StatusCode::OK || text.contains("\"queued\":true"),
         "{status} {text}"
+    );
+
+    // Every other tab opens with its contents, each pictured: the request history's two
+    // (203.0.113.50 made requests above, and its lifted ban is in the log), the Monitor, and
+    // the Settings, where the cap changes for visitors at once.
+    let open_tab =
+        |tab: &'static str| format!("document.querySelector('[data-tab=\"{tab}\"]').click(); true");
+    let tabs_and_contents: [(&str, &str); 3] = [
+        (
+            "visitors",
+            "document.querySelector('[data-table=\"visitors\"] tr[data-key=\"203.0.113.50\"]') !== null",
+        ),
+        (
+            "banlog",
+            "Array.from(document.querySelectorAll('[data-table=\"banlog\"] tbody tr')).some(row => row.textContent.includes('203.0.113.50') && row.textContent.includes('lifted'))",
+        ),
+        (
+            "monitor",
+            "document.querySelectorAll('#monitor-health .health-item').length > 0 && document.querySelectorAll('#monitor-histogram .histogram-column').length === 14",
+        ),
+    ];
+    for (tab, contents) in tabs_and_contents {
+        page.eval(&open_tab(tab)).await.unwrap();
+        page.wait_for(
+            &format!("!document.getElementById('tab-{tab}').hidden && location.hash === '#{tab}'"),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        page.wait_for(contents, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("the {tab} tab never showed its contents: {e}"));
+        page.screenshot(artefact(&format!("{tab}.png")))
+            .await
+            .unwrap();
+    }
+    page.eval(&open_tab("settings")).await.unwrap();
+    page.wait_for(
+        "(() => { const cap = document.getElementById('setting-cap'); return !!cap && cap.value === '1'; })()",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    page.eval(
+        "(() => { const input = document.getElementById('setting-cap'); input.value = '3'; input.dispatchEvent(new Event('input', { bubbles: true })); document.getElementById('settings-save').click(); return true; })()",
+    )
+    .await
+    .unwrap();
+    page.wait_for(
+        "document.querySelector('[data-key=\"cap\"] .badge') !== null && document.querySelector('[data-key=\"cap\"] .badge').textContent === 'saved'",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    page.screenshot(artefact("settings.png")).await.unwrap();
+    assert_eq!(
+        room_stats(&concert).await["cap"],
+        3,
+        "the public listener has the new cap"
     );
 
     // Phone width: nothing overflows sideways.
