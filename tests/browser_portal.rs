@@ -81,7 +81,7 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
         .unwrap();
     assert_eq!(cap, "1");
     page.wait_for(
-        "document.querySelectorAll('.uplot canvas').length >= 3",
+        "document.querySelectorAll('.uplot canvas').length >= 5",
         Duration::from_secs(10),
     )
     .await
@@ -376,7 +376,7 @@ async fn docs_screenshot_of_the_overview() {
     .await
     .unwrap();
     page.wait_for(
-        "document.querySelectorAll('.uplot canvas').length >= 3 && document.querySelector('[data-stat=\"cap\"]').textContent !== '—'",
+        "document.querySelectorAll('.uplot canvas').length >= 5 && document.querySelector('[data-stat=\"cap\"]').textContent !== '—'",
         Duration::from_secs(10),
     )
     .await

@@ -484,6 +484,55 @@ async fn the_overview_reports_the_rooms_figures() {
 }
 
 #[tokio::test]
+async fn the_charts_get_the_origins_latency_and_answers_by_status() {
+    let origin = echo_origin();
+    let portal = portal(&["-upstream", &origin.url()]).await;
+    let client = plain_client();
+    let (cookie, _) = portal.sign_in(&client).await;
+    let site = plain_client();
+    // A sample covers the 5 s before it: keep asking until one holds the pages asked for.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let sample = loop {
+        for _ in 0..5 {
+            let page = site
+                .get(support::url(&portal.running, "/page"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(page.status(), StatusCode::OK);
+        }
+        let series: serde_json::Value = client
+            .get(portal.url("/api/series"))
+            .header("Cookie", format!("concert_portal={cookie}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let found = series["samples"].as_array().and_then(|samples| {
+            samples
+                .iter()
+                .find(|s| s["origin_p50_ms"].is_number())
+                .cloned()
+        });
+        if let Some(sample) = found {
+            break sample;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no sample with latency: {series}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let p50 = sample["origin_p50_ms"].as_f64().unwrap();
+    let p99 = sample["origin_p99_ms"].as_f64().unwrap();
+    assert!(p50 > 0.0 && p50 <= p99 && p99 < 1000.0, "{sample}");
+    assert!(sample["answers_2xx"].as_f64().unwrap() > 0.0, "{sample}");
+    assert_eq!(sample["answers_5xx"], 0.0);
+}
+
+#[tokio::test]
 async fn the_portal_cookie_never_reaches_the_origin() {
     let origin = echo_origin();
     let portal = portal(&["-upstream", &origin.url()]).await;

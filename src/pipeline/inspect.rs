@@ -60,6 +60,7 @@ pub(super) fn inspect<B>(
         target,
         path_len,
         rank: Default::default(),
+        proxied: Default::default(),
     })
 }
 

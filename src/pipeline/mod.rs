@@ -105,7 +105,7 @@ async fn run_stages<B: RequestBody + Unpin>(
             let html = identity::is_html_client(req.headers());
             let response = rejection.for_client(html).into_response();
             app.traffic
-                .answered(response.status().as_u16(), started.elapsed());
+                .answered(response.status().as_u16(), started.elapsed(), false);
             return response;
         }
     };

@@ -37,6 +37,7 @@ pub(super) fn forward<'a, B: RequestBody + 'a>(
         drain: &app.drain,
     };
     app.counters.proxied_total.fetch_add(1, Ordering::Relaxed);
+    info.proxied.store(true, Ordering::Relaxed);
     // A combinator rather than an `async` block, which would hold the proxy's future twice:
     // once as captured, once as awaited.
     generation.proxy.forward(req, ctx, hold).map(|response| {

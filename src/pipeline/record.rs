@@ -32,7 +32,11 @@ pub(super) fn record(
     stage: Option<Stage>,
 ) {
     let latency = started.elapsed();
-    app.traffic.answered(status.as_u16(), latency);
+    app.traffic.answered(
+        status.as_u16(),
+        latency,
+        info.proxied.load(Ordering::Relaxed),
+    );
     let Some(client) = info.client else { return };
     app.history.record(
         arrival,

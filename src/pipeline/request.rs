@@ -2,7 +2,7 @@
 //! the first stages learned about the request.
 
 use std::net::IpAddr;
-use std::sync::atomic::AtomicU8;
+use std::sync::atomic::{AtomicBool, AtomicU8};
 
 /// What the request pipeline knows about the connection a request came on.
 #[derive(Clone, Copy, Debug, Default)]
@@ -25,6 +25,8 @@ pub(crate) struct RequestInfo {
     pub path_len: usize,
     /// The priority rank the gated stage found (0 = guest), for the request history.
     pub rank: AtomicU8,
+    /// Handed to the origin: its answer's time counts as the origin's latency too.
+    pub proxied: AtomicBool,
 }
 
 impl RequestInfo {

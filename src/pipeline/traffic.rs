@@ -34,6 +34,9 @@ const BOUNDS_US: [u64; BOUNDS_MS.len()] = {
 pub(crate) struct Traffic {
     now: InFlightCounts,
     buckets: [AtomicU64; BUCKETS],
+    /// The answers of requests handed to the origin alone: the origin's latency as visitors
+    /// see it (the Overview's chart), without waiting pages and refusals.
+    proxied_buckets: [AtomicU64; BUCKETS],
     classes: [AtomicU64; CLASSES],
     /// 5xx answers from the origin side: the origin's own, and Concert's for an origin that
     /// failed. Apart from the 5xx class, which also holds Concert's "line full" answers.
@@ -64,6 +67,7 @@ pub(crate) struct TrafficReading {
     pub(crate) in_flight: u64,
     pub(crate) in_flight_peak: u64,
     pub(crate) buckets: [u64; BUCKETS],
+    pub(crate) proxied_buckets: [u64; BUCKETS],
     pub(crate) classes: [u64; CLASSES],
     pub(crate) origin_errors: u64,
 }
@@ -93,9 +97,9 @@ impl Traffic {
         InFlight(self)
     }
 
-    /// A request was answered with `status` after `latency`.
+    /// A request was answered with `status` after `latency`; `proxied` if the origin answered.
     #[inline]
-    pub(crate) fn answered(&self, status: u16, latency: Duration) {
+    pub(crate) fn answered(&self, status: u16, latency: Duration, proxied: bool) {
         let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         // Most answers are fast, so a scan from the fastest bucket ends early.
         let bucket = BOUNDS_US
@@ -103,6 +107,9 @@ impl Traffic {
             .position(|&edge| us <= edge)
             .unwrap_or(BOUNDS_MS.len());
         if let Some(count) = self.buckets.get(bucket) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+        if proxied && let Some(count) = self.proxied_buckets.get(bucket) {
             count.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(count) = self.classes.get(class_index(status)) {
@@ -122,6 +129,7 @@ impl Traffic {
             in_flight: load(&self.now.current),
             in_flight_peak: load(&self.now.peak),
             buckets: self.buckets.each_ref().map(load),
+            proxied_buckets: self.proxied_buckets.each_ref().map(load),
             classes: self.classes.each_ref().map(load),
             origin_errors: load(&self.origin_errors),
         }
@@ -188,7 +196,7 @@ mod tests {
     fn latencies_land_in_the_first_bucket_they_do_not_pass() {
         let traffic = Traffic::default();
         for latency in [0.0, 0.4, 1.0, 1.001, 2.0, 7.0, 10_000.0, 10_000.5, 60_000.0] {
-            traffic.answered(200, ms(latency));
+            traffic.answered(200, ms(latency), latency > 5.0);
         }
         let reading = traffic.read();
         assert_eq!(reading.buckets[0], 3, "0, 0.4 and exactly 1 ms");
@@ -197,13 +205,19 @@ mod tests {
         assert_eq!(reading.buckets[12], 1, "exactly 10 s");
         assert_eq!(reading.buckets[13], 2, "past 10 s");
         assert_eq!(reading.answered(), 9);
+        assert_eq!(
+            reading.proxied_buckets.iter().sum::<u64>(),
+            4,
+            "only the origin's answers count as its latency"
+        );
+        assert_eq!(reading.proxied_buckets[3], 1);
     }
 
     #[test]
     fn statuses_count_by_class() {
         let traffic = Traffic::default();
         for status in [101, 200, 204, 302, 404, 429, 500, 503, 999] {
-            traffic.answered(status, Duration::ZERO);
+            traffic.answered(status, Duration::ZERO, false);
         }
         assert_eq!(traffic.read().classes, [1, 2, 1, 2, 3]);
         assert_eq!(traffic.read().server_errors(), 3);

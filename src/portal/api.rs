@@ -16,6 +16,7 @@ use super::{Portal, respond};
 use crate::admission::priority::Rank;
 use crate::app::App;
 use crate::endpoints::figures::stats_json;
+use crate::pipeline::traffic::{TrafficReading, buckets_between, quantile_ms};
 use crate::proxy::Fault;
 
 /// How often the charts get a sample, and how many are kept: an hour's worth.
@@ -83,6 +84,17 @@ pub(crate) struct Sample {
     pub admissions: f64,
     pub proxied: f64,
     pub origin_failures: f64,
+    /// Latency of the origin's answers in this interval, in milliseconds; `null` without any.
+    pub origin_p50_ms: Option<f64>,
+    pub origin_p95_ms: Option<f64>,
+    pub origin_p99_ms: Option<f64>,
+    /// Answers per second by status class, all listeners' pages included (waiting pages are
+    /// 200, a full line 503, a ban 403 or 429).
+    pub answers_1xx: f64,
+    pub answers_2xx: f64,
+    pub answers_3xx: f64,
+    pub answers_4xx: f64,
+    pub answers_5xx: f64,
 }
 
 /// The last hour of samples, taken every [`SAMPLE_EVERY`] whether or not anyone is looking, so
@@ -98,6 +110,7 @@ struct Totals {
     admitted: u64,
     proxied: u64,
     failures: u64,
+    traffic: TrafficReading,
 }
 
 fn totals(app: &App) -> Totals {
@@ -105,6 +118,7 @@ fn totals(app: &App) -> Totals {
         admitted: app.room.stats().admitted_total,
         proxied: app.counters.proxied_total.load(Ordering::Relaxed),
         failures: app.upstream_failures.get(Fault::Origin),
+        traffic: app.traffic.read(),
     }
 }
 
@@ -135,6 +149,16 @@ impl Samples {
                     let rate =
                         |after: u64, before: u64| after.saturating_sub(before) as f64 / seconds;
                     let room = app.room.stats();
+                    let origin = buckets_between(
+                        &current.traffic.proxied_buckets,
+                        &before.traffic.proxied_buckets,
+                    );
+                    let class = |index: usize| {
+                        rate(
+                            current.traffic.classes[index],
+                            before.traffic.classes[index],
+                        )
+                    };
                     samples.push(Sample {
                         t: unix_seconds(),
                         queue_depth: room.live_queue_depth,
@@ -143,6 +167,14 @@ impl Samples {
                         admissions: rate(current.admitted, before.admitted),
                         proxied: rate(current.proxied, before.proxied),
                         origin_failures: rate(current.failures, before.failures),
+                        origin_p50_ms: quantile_ms(&origin, 0.50),
+                        origin_p95_ms: quantile_ms(&origin, 0.95),
+                        origin_p99_ms: quantile_ms(&origin, 0.99),
+                        answers_1xx: class(0),
+                        answers_2xx: class(1),
+                        answers_3xx: class(2),
+                        answers_4xx: class(3),
+                        answers_5xx: class(4),
                     });
                 }
                 last = Some((now, current));
@@ -201,6 +233,14 @@ mod tests {
             admissions: 0.0,
             proxied: 0.0,
             origin_failures: 0.0,
+            origin_p50_ms: None,
+            origin_p95_ms: None,
+            origin_p99_ms: None,
+            answers_1xx: 0.0,
+            answers_2xx: 0.0,
+            answers_3xx: 0.0,
+            answers_4xx: 0.0,
+            answers_5xx: 0.0,
         }
     }
 

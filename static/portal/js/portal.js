@@ -151,14 +151,20 @@
   }
 
   // Charts: one uPlot per [data-chart], fed from /api/series.
-  var series = { t: [], queue: [], occupancy: [], cap: [], admissions: [], failures: [] };
+  // Each series is named by its sample's field.
+  var series = { t: [] };
   var lastSample = 0;
   var charts = [];
   var CHARTS = {
-    queue: { lines: [["Waiting", "queue", "#ff71c7"]] },
+    queue: { lines: [["Waiting", "queue_depth", "#ff71c7"]] },
     occupancy: { lines: [["Occupancy", "occupancy", "#4fa3d9"], ["Cap", "cap", "#9b59d0"]] },
-    rates: { lines: [["Admissions/s", "admissions", "#4fa3d9"], ["Origin failures/s", "failures", "#e05555"]] }
+    rates: { lines: [["Admissions/s", "admissions", "#4fa3d9"], ["Origin failures/s", "origin_failures", "#e05555"]] },
+    latency: { lines: [["p50 ms", "origin_p50_ms", "#4fa3d9"], ["p95 ms", "origin_p95_ms", "#f0ad4e"], ["p99 ms", "origin_p99_ms", "#e05555"]] },
+    statuses: { lines: [["2xx/s", "answers_2xx", "#3fb950"], ["3xx/s", "answers_3xx", "#4fa3d9"], ["4xx/s", "answers_4xx", "#f0ad4e"], ["5xx/s", "answers_5xx", "#e05555"]] }
   };
+  Object.keys(CHARTS).forEach(function (kind) {
+    CHARTS[kind].lines.forEach(function (line) { series[line[1]] = []; });
+  });
 
   function chartData(kind) {
     var data = [series.t];
@@ -197,12 +203,10 @@
 
   function addSamples(samples) {
     samples.forEach(function (sample) {
-      series.t.push(sample.t);
-      series.queue.push(sample.queue_depth);
-      series.occupancy.push(sample.occupancy);
-      series.cap.push(sample.cap);
-      series.admissions.push(sample.admissions);
-      series.failures.push(sample.origin_failures);
+      Object.keys(series).forEach(function (key) {
+        // A missing figure (no origin answers in that interval) is a gap, not a zero.
+        series[key].push(key in sample ? sample[key] : null);
+      });
       lastSample = sample.t;
     });
     var HOUR = 720;
