@@ -165,7 +165,7 @@ fn fragments(c: &mut Criterion) {
     assert!(
         std::str::from_utf8(&listed)
             .unwrap()
-            .contains("500 waiting shown")
+            .contains("1–100 of 500 listed")
     );
     c.bench_function("portal/queue_fragment_500_listed", |b| {
         b.iter(|| fetch("/api/frag/queue?size=100"))
