@@ -397,15 +397,18 @@ $(setting_line CONCERT_LISTEN "$OPT_LISTEN" "$DEFAULT_LISTEN")
 $(setting_line CONCERT_UPSTREAM "$OPT_UPSTREAM" "$DEFAULT_UPSTREAM")
 # Visitors served by the origin at the same time.
 $(setting_line CONCERT_CAPACITY "$OPT_CAP" "$DEFAULT_CAP")
-# Admin portal address. This version has no portal: nothing listens here.
+# Admin portal address (plain HTTP; reach it through an SSH tunnel). Empty turns it off.
+# Its pass is CONCERT_PORTAL_PASS in the secrets file.
 #CONCERT_PORTAL_LISTEN=$DEFAULT_PORTAL_LISTEN
 # Data directory, inside the unit's StateDirectory.
 #CONCERT_DATA_DIR=$DEFAULT_DATA_DIR
 EOF
   if [ "$WANT_IPASN" = 1 ]; then
     cat <<EOF
-# Where $UPDATE_TIMER keeps the IPtoASN database (this version of Concert does not read it).
+# The IPtoASN database $UPDATE_TIMER keeps current; the admin portal shows each address's
+# country and network from it, and Concert re-reads it when it changes.
 NADDR_DATA=$IPASN_FILE
+NADDR_DATA_POLL=5m
 EOF
   fi
 }
@@ -417,7 +420,7 @@ render_secrets_file() {
 CONCERT_ADMIT_SECRET=$(random_hex 32)
 # Bearer token for POST /_room/cap.
 CONCERT_ADMIN_TOKEN=$(random_hex 32)
-# Password of the admin portal, which this version does not have (Concert warns while it is set).
+# Password of the admin portal (sign in at CONCERT_PORTAL_LISTEN); changing it signs everyone out.
 CONCERT_PORTAL_PASS=$(random_hex 16)
 EOF
 }

@@ -32,7 +32,29 @@ const SECRETS: &[(&str, &str)] = &[
     ),
     (
         "CONCERT_PORTAL_PASS",
-        "Password of the admin portal. Empty means no portal and no request history.",
+        "Password of the admin portal's sign-in. Empty means no portal; the request history \
+         is kept either way. Changing it (a restart) signs every session out.",
+    ),
+];
+
+/// Where the portal's IP details come from; read from the environment only, as naddr reads them.
+const IP_DETAILS: &[(&str, &str)] = &[
+    (
+        "NADDR_DATA",
+        "An IPtoASN combined file (`ip2asn-combined.tsv`, plain or gzip) giving each address's \
+         country, network and AS in the admin portal. Loaded in the background; a file that \
+         cannot be read is retried every minute, and a damaged new copy keeps the old data.",
+    ),
+    (
+        "NADDR_DATA_POLL",
+        "How often `NADDR_DATA` is checked for a new copy (default `30s`, at least `1s`; `0` or \
+         `off` never re-checks).",
+    ),
+    (
+        "NADDR_ADDR",
+        "An naddr service (`host:port` or an http(s) URL) asked for the same details while \
+         there is no `NADDR_DATA` table; answers are cached and looked up in the background, \
+         never holding a page.",
     ),
 ];
 
@@ -215,6 +237,14 @@ pub fn reference() -> String {
         }
         out.push_str("\n\n");
     }
+    out.push_str("## IP details\n\n");
+    out.push_str(
+        "Read from the environment only, with the same names as the naddr tool, and used only \
+         by the admin portal.\n\n",
+    );
+    for (name, help) in IP_DETAILS {
+        out.push_str(&format!("### `{name}`\n\n{help}\n\n"));
+    }
     while out.ends_with("\n\n") {
         out.pop();
     }
@@ -355,6 +385,7 @@ pub fn man_page() -> Result<String, String> {
     );
     out.push_str(&String::from_utf8(flags).map_err(|e| e.to_string())?);
     let mut secrets: Vec<(&str, &str)> = SECRETS.to_vec();
+    secrets.extend_from_slice(IP_DETAILS);
     secrets.push((
         "NOTIFY_SOCKET, WATCHDOG_USEC",
         "Set by systemd for Type=notify units: Concert reports readiness once it listens, \
@@ -372,7 +403,9 @@ pub fn man_page() -> Result<String, String> {
             ),
             (
                 "SIGHUP",
-                "Reload request (systemctl reload). It is logged and never ends the process.",
+                "Reload (systemctl reload): settings.json is read again and applied when valid; \
+                 otherwise the running settings are kept and the reason logged. It never ends \
+                 the process.",
             ),
         ],
     );
