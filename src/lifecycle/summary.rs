@@ -28,13 +28,19 @@ const MIN_ADMIN_TOKEN_LEN: usize = 16;
 /// Refuses to start when HTTPS is asked for: serving plain HTTP where HTTPS was configured would
 /// be worse than not starting.
 pub(super) fn refuse_unavailable_parts(config: &Config) -> Result<(), StartError> {
-    if !config.tls_domains.is_empty() {
+    let asked = ["tls_domains", "tls_cert", "portal_tls_cert"]
+        .into_iter()
+        .find(|key| {
+            config
+                .value_text(key)
+                .is_some_and(|text| !text.trim().is_empty())
+        });
+    if let Some(key) = asked {
         return Err(StartError::Build(BuildError::Config(format!(
             "{} {}: this version does not serve HTTPS itself; terminate TLS in front of \
-             Concert (docs/operations.md, \"nginx in front\") and leave -tls-domains and \
-             CONCERT_TLS_DOMAINS empty",
-            config.name_of("tls_domains"),
-            config.tls_domains.as_str()
+             Concert (docs/operations.md, \"nginx in front\") and leave it empty",
+            config.name_of(key),
+            config.value_text(key).unwrap_or_default()
         ))));
     }
     Ok(())
