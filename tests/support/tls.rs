@@ -29,6 +29,9 @@ pub struct Leaf {
     pub cert_pem: String,
     pub key_pem: String,
     pub key_der: PrivateKeyDer<'static>,
+    /// base64 of the SHA-256 of the key's SubjectPublicKeyInfo: what Chromium's
+    /// `--ignore-certificate-errors-spki-list` names a certificate by.
+    pub spki_pin: String,
 }
 
 impl TestCa {
@@ -72,7 +75,11 @@ impl TestCa {
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         let der = cert.der().clone();
         let key_der = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        let spki = rcgen::PublicKeyData::subject_public_key_info(&key);
+        let spki_pin = base64::engine::general_purpose::STANDARD
+            .encode(<sha2::Sha256 as sha2::Digest>::digest(&spki));
         Leaf {
+            spki_pin,
             cert_pem: pem("CERTIFICATE", &der),
             key_pem: pem("PRIVATE KEY", &key.serialize_der()),
             der,
