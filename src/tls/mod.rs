@@ -361,7 +361,8 @@ pub fn read_roots(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
 }
 
 /// The rustls configuration every HTTPS listener of Concert uses: ring, TLS 1.3 and 1.2 (with
-/// rustls' default suites), certificates chosen by `resolver`, `alpn` in order of preference.
+/// rustls' default suites, in the client's order of preference), certificates chosen by
+/// `resolver`, `alpn` in order of preference, stateless session tickets.
 fn server_config(
     resolver: Arc<Resolver>,
     alpn: Vec<Vec<u8>>,
@@ -372,6 +373,12 @@ fn server_config(
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     config.alpn_protocols = alpn;
+    // Resumption for any number of clients, without a server-side cache: tickets are sealed
+    // with a key rotated every six hours (the default cache holds 256 sessions behind a lock).
+    // A sealed ticket may be presented again, so one per handshake is enough, and each one
+    // costs a key derivation on both ends.
+    config.ticketer = rustls::crypto::ring::Ticketer::new()?;
+    config.send_tls13_tickets = 1;
     Ok(config)
 }
 

@@ -360,3 +360,61 @@ fn a_changed_pair_on_disk_is_served_and_a_bad_one_keeps_the_last_good() {
     tls.apply(tls.prepare(&config).unwrap());
     assert!(Arc::ptr_eq(&before, &tls.store().static_pair().unwrap()));
 }
+
+/// One visit of `client`: a handshake, then everything the server sends read to its end (the
+/// session ticket comes after the handshake). How the handshake went.
+async fn visit(
+    server: Arc<ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+) -> Option<rustls::HandshakeKind> {
+    use tokio::io::AsyncReadExt;
+    let (client_end, server_end) = tokio::io::duplex(64 * 1024);
+    let serving = tokio::spawn(async move {
+        let mut tls = tokio_rustls::TlsAcceptor::from(server)
+            .accept(server_end)
+            .await
+            .unwrap();
+        tls.shutdown().await.unwrap();
+    });
+    let name = ServerName::try_from("site.example").unwrap();
+    let mut connected = tokio_rustls::TlsConnector::from(client)
+        .connect(name, client_end)
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = connected.read_to_end(&mut rest).await;
+    serving.await.unwrap();
+    connected.get_ref().1.handshake_kind()
+}
+
+#[tokio::test]
+async fn a_returning_client_resumes_its_session_from_a_sealed_ticket_after_many_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = made(&["site.example"]);
+    let tls = Tls::new().unwrap();
+    tls.apply(tls.prepare(&with_pair(dir.path(), &site, "site")).unwrap());
+    let server = tls.acceptor().unwrap();
+    let client = || {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(site.der.clone()).unwrap();
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+        )
+    };
+    let returning = client();
+    let first = visit(server.clone(), returning.clone()).await;
+    assert_eq!(first, Some(rustls::HandshakeKind::Full));
+    // More clients than a server-side session cache would hold (rustls' holds 256, rounded up
+    // to what its table takes) come in between; each gets its ticket.
+    for _ in 0..600 {
+        visit(server.clone(), client()).await;
+    }
+    let second = visit(server, returning).await;
+    assert_eq!(second, Some(rustls::HandshakeKind::Resumed));
+}
