@@ -577,28 +577,30 @@ impl Binary {
             .port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut child = Command::new(BIN)
-            .args([
-                "-listen",
-                &addr.to_string(),
-                "-data-dir=",
-                "-access-log=false",
-            ])
+            .args(["-listen", &addr.to_string(), "-data-dir="])
             .args(args)
             .env_remove("CONCERT_CAPACITY")
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // The process log and the access log (stdout) together.
         let log = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().unwrap();
-        let collected = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut log = collected.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
+        let stdout = child.stdout.take().unwrap();
+        for stream in [
+            Box::new(stderr) as Box<dyn std::io::Read + Send>,
+            Box::new(stdout),
+        ] {
+            let collected = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let mut log = collected.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            });
+        }
         Binary { child, log, addr }
     }
 
@@ -674,13 +676,21 @@ async fn sighup_serves_a_new_pair_to_new_connections_while_old_ones_keep_working
         "{}",
         binary.log()
     );
-    let answer = old.get("/").await.unwrap();
+    let answer = old.get("/after").await.unwrap();
     assert_eq!(
         answer.status,
         StatusCode::OK,
         "the old connection keeps working"
     );
     assert_eq!(old.shown, site.leaf.der);
+    // The access log says how each request came.
+    let logged = eventually(Duration::from_secs(5), || {
+        binary.log().lines().any(|line| {
+            line.contains("/after") && line.contains("scheme=https") && line.contains("HTTP/2.0")
+        })
+    })
+    .await;
+    assert!(logged, "{}", binary.log());
 
     // A bad pair keeps the one served and says why.
     std::fs::write(&site.cert, site.ca.leaf(&[SITE]).cert_pem).unwrap();

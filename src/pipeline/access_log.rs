@@ -34,7 +34,7 @@ pub(super) fn log(
         status = status.as_u16(),
         latency_us = started.elapsed().as_micros() as u64,
         client = %client,
-        scheme = if info.conn.tls { "https" } else { "http" },
+        scheme = %if info.conn.tls { "https" } else { "http" },
         version = ?version,
         method = %method,
         path = %info.target,
