@@ -37,6 +37,12 @@
   function syncPermanent() { duration.disabled = permanent.checked; }
   permanent.addEventListener("change", syncPermanent);
 
+  // The whole minutes a ban has left, rounded up: what changing it starts from.
+  function minutesLeft(until) {
+    var left = until - (portal.serverNow ? portal.serverNow() : Date.now());
+    return left > 0 ? Math.ceil(left / 60000) : 60;
+  }
+
   function open(editing) {
     showProblem("");
     if (editing) {
@@ -45,7 +51,7 @@
       client.value = editing.client;
       client.readOnly = true;
       permanent.checked = editing.permanent === "true";
-      duration.value = editing.permanent === "true" ? "1h" : (editing.minutes || "60") + "m";
+      duration.value = editing.permanent === "true" ? "1h" : minutesLeft(editing.until) + "m";
     } else {
       title.textContent = "Ban a client";
       submit.textContent = "Ban";
@@ -100,7 +106,7 @@
     var button = event.target.closest("[data-action]");
     if (!button) return;
     if (button.dataset.action === "edit") {
-      open({ client: button.dataset.client, permanent: button.dataset.permanent, minutes: button.dataset.minutes });
+      open({ client: button.dataset.client, permanent: button.dataset.permanent, until: Number(button.dataset.until) });
       return;
     }
     if (button.dataset.action !== "unban") return;

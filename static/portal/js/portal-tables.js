@@ -28,6 +28,7 @@
 
   // The server's clock minus this browser's, from the last fragment, so countdowns agree.
   var skew = 0;
+  portal.serverNow = function () { return Date.now() + skew; };
 
   function tickTimes(root) {
     var now = Date.now() + skew;
