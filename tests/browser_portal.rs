@@ -304,6 +304,16 @@ async fn an_operator_signs_in_sees_the_overview_and_signs_out() {
         "the public listener has the new cap"
     );
 
+    // The Overview's charts were given the samples taken since the start, not only drawn
+    // empty: each line of the room's charts holds points.
+    page.eval(&open_tab("overview")).await.unwrap();
+    page.wait_for(
+        "(() => { const p = ConcertPortal.chartPoints(); return ['queue', 'occupancy', 'rates'].every(k => p[k] && p[k].length > 0 && p[k].every(n => n >= 2)); })()",
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the charts have no points: {e}"));
+
     // Phone width: no tab scrolls sideways.
     page.set_viewport(390, 844, true).await.unwrap();
     for tab in [
