@@ -98,7 +98,7 @@ async fn open_tab(page: &Page, tab: &str) {
     .unwrap();
 }
 
-/// Sends a change through the page's own API helper (session and CSRF token included).
+/// Sends a change through the page's own `sendJSON` (sign-in cookie and CSRF token included).
 async fn send(page: &Page, method: &str, path: &str, body: &str) -> Value {
     page.eval(&format!(
         "ConcertPortal.sendJSON({method:?}, {path:?}, {body}).then(answer => answer.ok ? true : answer.status + ' ' + JSON.stringify(answer.body))"
