@@ -91,6 +91,33 @@ fn csrf_of(page: &str) -> Option<String> {
     Some(rest[..rest.find('"')?].to_owned())
 }
 
+/// The headers every portal answer carries, whatever its status.
+fn assert_security_headers(answer: &reqwest::Response, what: &str) {
+    let headers = answer.headers();
+    let policy = headers
+        .get(CONTENT_SECURITY_POLICY)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    assert!(
+        policy.contains("default-src 'self'")
+            && policy.contains("script-src 'self'")
+            && policy.contains("frame-ancestors 'none'"),
+        "{what}: {policy:?}"
+    );
+    for (name, value) in [
+        ("x-frame-options", "DENY"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+    ] {
+        assert_eq!(
+            headers.get(name).and_then(|v| v.to_str().ok()),
+            Some(value),
+            "{what}: {name}"
+        );
+    }
+    assert!(headers.contains_key("cache-control"), "{what}");
+}
+
 fn asset_links(page: &str) -> Vec<String> {
     page.match_indices("/assets/")
         .filter_map(|(at, _)| {
@@ -167,8 +194,18 @@ async fn a_peer_outside_the_allow_list_gets_a_bare_403_everywhere() {
     ] {
         let answer = client.get(portal.url(path)).send().await.unwrap();
         assert_eq!(answer.status(), StatusCode::FORBIDDEN, "{path}");
+        assert_security_headers(&answer, path);
+        assert_eq!(answer.headers()["cache-control"], "no-store", "{path}");
         assert_eq!(answer.text().await.unwrap(), "forbidden", "{path}");
     }
+    let posted = client
+        .post(portal.url("/login"))
+        .form_body(&[("pass", PASS)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), StatusCode::FORBIDDEN);
+    assert_security_headers(&posted, "/login");
     // Forwarded headers mean nothing: only the socket peer counts.
     let answer = client
         .get(portal.url("/"))

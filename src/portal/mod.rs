@@ -168,10 +168,11 @@ pub fn router(portal: Arc<Portal>) -> Router {
         .route("/assets/{*path}", get(assets::serve))
         .merge(api)
         .fallback(|| async { respond::not_found() })
-        .layer(middleware::from_fn(respond::security_headers))
-        // Outermost, so it runs first: a peer outside the list learns nothing, not even
-        // whether a path exists.
+        // Before any route: a peer outside the list learns nothing, not even whether a path
+        // exists.
         .layer(middleware::from_fn_with_state(portal.clone(), allow_list))
+        // Outermost, so every answer carries them, the allow list's refusal too.
+        .layer(middleware::from_fn(respond::security_headers))
         .with_state(portal)
 }
 
