@@ -987,6 +987,8 @@ async fn the_queue_lists_the_line_moves_a_visitor_up_and_a_ban_clears_its_place(
     assert_eq!(status, StatusCode::OK);
     assert_eq!(line["listed"], 2);
     assert_eq!(line["limit"], 500);
+    assert_eq!(line["kicked"], 0);
+    assert_eq!(line["live_queue_depth"], 2);
     let occupants = line["occupants"].as_array().unwrap().clone();
     assert_eq!(occupants[0]["client"], "203.0.113.1");
     assert_eq!(occupants[0]["position"], 1);
@@ -1165,6 +1167,8 @@ async fn a_removed_visitor_is_told_so_and_may_join_again_and_remove_and_ban_bloc
         .api(&client, &session, reqwest::Method::GET, "/api/queue", None)
         .await;
     assert_eq!(line["listed"], 0);
+    // Remembered, so its next request is told it was removed.
+    assert_eq!(line["kicked"], 1, "{line}");
     let (_, overview) = portal
         .api(
             &client,
