@@ -1251,3 +1251,59 @@ async fn a_removed_visitor_is_told_so_and_may_join_again_and_remove_and_ban_bloc
     origin.release(10);
     let _ = holder.await;
 }
+
+#[tokio::test]
+async fn a_settings_change_with_several_problems_lists_every_one_and_changes_nothing() {
+    let portal = portal(&["-cap", "4"]).await;
+    let client = plain_client();
+    let session = portal.sign_in(&client).await;
+    // A cap out of range is refused on its own; a longer retry interval makes both graces too
+    // short for it, and ban paths need the abuse registry that is being turned off: those are
+    // found only in the settings as a whole.
+    let (status, refused) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::POST,
+            "/api/settings",
+            Some(serde_json::json!({
+                "cap": 0,
+                "retry_after": 20,
+                "abuse": false,
+                "ban_paths": "/.env",
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let keys: Vec<&str> = refused["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|problem| problem["key"].as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        ["cap", "first_poll_grace", "ready_grace", "ban_paths"],
+        "{refused}"
+    );
+    let error = refused["error"].as_str().unwrap();
+    assert_eq!(error.split("; ").count(), 4, "{error}");
+    for named in [
+        "for cap:",
+        "-first-poll-grace",
+        "-ready-grace",
+        "ban_paths requires",
+    ] {
+        assert!(error.contains(named), "{named} missing: {error}");
+    }
+    let config = &portal.running.app.generation().config;
+    assert_eq!(
+        (
+            config.cap,
+            config.retry_after,
+            config.abuse,
+            config.ban_paths.len()
+        ),
+        (4, 5, true, 0)
+    );
+}
