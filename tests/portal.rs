@@ -8,7 +8,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, RETRY_AFTER, SET_COOKIE};
 use support::origins::echo_origin;
-use support::{concert_with_env, cookie_client, plain_client};
+use support::{
+    PortalForm, concert_with_env, cookie_client, plain_client, portal_sign_in, set_cookies,
+};
 
 const PASS: &str = "a portal pass of some length";
 
@@ -35,12 +37,7 @@ impl PortalUnderTest {
 
     /// Signs `client` in and returns the session cookie's value and the page's CSRF token.
     async fn sign_in(&self, client: &reqwest::Client) -> (String, String) {
-        let answer = client
-            .post(self.url("/login"))
-            .form_body(&[("pass", PASS)])
-            .send()
-            .await
-            .unwrap();
+        let answer = portal_sign_in(client, &self.base, PASS).await;
         assert_eq!(answer.status(), StatusCode::SEE_OTHER);
         let cookie = session_cookie(&answer).expect("a session cookie");
         let page = client
@@ -235,9 +232,10 @@ async fn signing_in_opens_a_session_with_a_csrf_token_and_every_linked_file_load
     // No inline script or style: the policy would block them.
     assert!(!sign_in_page.contains("<script>") && !sign_in_page.contains("style="));
 
-    let wrong = client
-        .post(portal.url("/login"))
-        .form_body(&[("pass", "not the pass at all")])
+    let form = PortalForm::fetch(&client, &portal.base).await;
+    assert_eq!(form.token.len(), 32);
+    let wrong = form
+        .post(&client, &portal.base, "not the pass at all")
         .send()
         .await
         .unwrap();
@@ -250,12 +248,8 @@ async fn signing_in_opens_a_session_with_a_csrf_token_and_every_linked_file_load
             .contains("That portal pass is not correct.")
     );
 
-    let right = client
-        .post(portal.url("/login"))
-        .form_body(&[("pass", PASS)])
-        .send()
-        .await
-        .unwrap();
+    // The form stays good for another try.
+    let right = form.post(&client, &portal.base, PASS).send().await.unwrap();
     assert_eq!(right.status(), StatusCode::SEE_OTHER);
     assert_eq!(right.headers()["location"], "/");
     let line = right.headers()[SET_COOKIE].to_str().unwrap().to_owned();
@@ -264,6 +258,21 @@ async fn signing_in_opens_a_session_with_a_csrf_token_and_every_linked_file_load
         assert!(line.contains(attribute), "{attribute} missing: {line}");
     }
     assert!(!line.contains("Secure"), "{line}");
+    // The browser is known from now on, for a year.
+    let known = set_cookies(&right, "concert_portal_device");
+    assert_eq!(known.len(), 1, "{known:?}");
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/login",
+        "Max-Age=31536000",
+    ] {
+        assert!(
+            known[0].contains(attribute),
+            "{attribute} missing: {known:?}"
+        );
+    }
+    assert!(!known[0].contains("Secure"), "{known:?}");
 
     let (cookie, csrf) = portal.sign_in(&client).await;
     assert_eq!(csrf.len(), 32);
@@ -293,35 +302,31 @@ async fn signing_in_opens_a_session_with_a_csrf_token_and_every_linked_file_load
 #[tokio::test]
 async fn a_secure_cookie_is_marked_secure_when_asked() {
     let portal = portal(&["-portal-secure-cookie"]).await;
-    let right = plain_client()
-        .post(portal.url("/login"))
-        .form_body(&[("pass", PASS)])
-        .send()
-        .await
-        .unwrap();
-    let line = right.headers()[SET_COOKIE].to_str().unwrap().to_owned();
-    assert!(line.contains("; Secure"), "{line}");
+    let client = plain_client();
+    let page = client.get(portal.url("/")).send().await.unwrap();
+    let form_line = set_cookies(&page, "concert_portal_signin").join("\n");
+    assert!(form_line.contains("; Secure"), "{form_line}");
+    let right = portal_sign_in(&client, &portal.base, PASS).await;
+    for name in ["concert_portal", "concert_portal_device"] {
+        let line = set_cookies(&right, name).join("\n");
+        assert!(line.contains("; Secure"), "{name}: {line}");
+    }
 }
 
 #[tokio::test]
 async fn five_wrong_passes_lock_the_sign_in_even_for_the_right_pass() {
     let portal = portal(&[]).await;
     let client = plain_client();
+    let form = PortalForm::fetch(&client, &portal.base).await;
     for _ in 0..5 {
-        let wrong = client
-            .post(portal.url("/login"))
-            .form_body(&[("pass", "guess")])
+        let wrong = form
+            .post(&client, &portal.base, "guess")
             .send()
             .await
             .unwrap();
         assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     }
-    let locked = client
-        .post(portal.url("/login"))
-        .form_body(&[("pass", PASS)])
-        .send()
-        .await
-        .unwrap();
+    let locked = form.post(&client, &portal.base, PASS).send().await.unwrap();
     assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry: u64 = locked.headers()[RETRY_AFTER]
         .to_str()
@@ -584,6 +589,31 @@ async fn the_portal_cookie_never_reaches_the_origin() {
         .unwrap();
     let cookies = seen["headers"]["cookie"].to_string();
     assert!(!cookies.contains("concert_portal"), "{cookies}");
+    assert!(cookies.contains("theme=dark"), "{cookies}");
+
+    // Nor do the sign-in form's cookie and the known-browser mark, real ones included.
+    let client = plain_client();
+    let signed_in = portal_sign_in(&client, &portal.base, PASS).await;
+    let known = support::cookie_value(&signed_in, "concert_portal_device").unwrap();
+    let form = PortalForm::fetch(&client, &portal.base).await;
+    let seen: serde_json::Value = plain_client()
+        .get(support::url(&portal.running, "/login"))
+        .header(
+            "Cookie",
+            format!(
+                "{}; concert_portal_device={known}; theme=dark; concert_portal=x",
+                form.cookie
+            ),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cookies = seen["headers"]["cookie"].to_string();
+    assert!(!cookies.contains("concert_portal"), "{cookies}");
+    assert!(!cookies.contains(&known), "{cookies}");
     assert!(cookies.contains("theme=dark"), "{cookies}");
 }
 
@@ -1306,4 +1336,195 @@ async fn a_settings_change_with_several_problems_lists_every_one_and_changes_not
         ),
         (4, 5, true, 0)
     );
+}
+
+#[tokio::test]
+async fn a_sign_in_from_another_sites_page_is_refused_and_does_not_lock_the_operator_out() {
+    let portal = portal(&[]).await;
+    let client = plain_client();
+    // A page elsewhere posting wrong passes through the operator's browser: refused before the
+    // pass is looked at, even with a form token it could not have had.
+    let form = PortalForm::fetch(&client, &portal.base).await;
+    let cross_site: [&[(&str, &str)]; 4] = [
+        &[("Origin", "http://evil.example")],
+        &[("Sec-Fetch-Site", "cross-site")],
+        &[
+            ("Origin", "http://evil.example"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+        &[("Origin", "null"), ("Sec-Fetch-Site", "same-site")],
+    ];
+    for headers in cross_site {
+        for _ in 0..3 {
+            let mut request = form.post(&client, &portal.base, "guess");
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            let answer = request.send().await.unwrap();
+            assert_eq!(answer.status(), StatusCode::FORBIDDEN, "{headers:?}");
+            assert!(support::set_cookies(&answer, "concert_portal").is_empty());
+            assert_eq!(answer.text().await.unwrap(), "forbidden", "{headers:?}");
+        }
+    }
+    // A client sending neither header is held to the form's token: none, a wrong one, or one
+    // without its cookie is refused the same way, with a fresh form to try again.
+    let no_token = client
+        .post(portal.url("/login"))
+        .form_body(&[("pass", "guess")])
+        .send()
+        .await
+        .unwrap();
+    let wrong_token = client
+        .post(portal.url("/login"))
+        .header("Cookie", &form.cookie)
+        .form_body(&[
+            ("csrf", "0123456789abcdef0123456789abcdef"),
+            ("pass", "guess"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let no_cookie = client
+        .post(portal.url("/login"))
+        .form_body(&[("csrf", form.token.as_str()), ("pass", "guess")])
+        .send()
+        .await
+        .unwrap();
+    for answer in [no_token, wrong_token, no_cookie] {
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+        assert_eq!(
+            support::set_cookies(&answer, "concert_portal_signin").len(),
+            1
+        );
+        let page = answer.text().await.unwrap();
+        assert!(page.contains("The sign-in form had expired"), "{page}");
+        assert!(page.contains(r#"name="csrf""#), "{page}");
+    }
+    for _ in 0..5 {
+        let answer = client
+            .post(portal.url("/login"))
+            .form_body(&[("pass", "guess")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+    }
+
+    // None of that counted: the operator's own page signs in, as a browser sends it (with its
+    // origin hidden, as the portal's pages ask for no referrer, or named).
+    for origin in ["null", portal.base.as_str()] {
+        let signed_in = form
+            .post(&client, &portal.base, PASS)
+            .header("Origin", origin)
+            .header("Sec-Fetch-Site", "same-origin")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(signed_in.status(), StatusCode::SEE_OTHER, "{origin}");
+    }
+    let signed_in = form.post(&client, &portal.base, PASS).send().await.unwrap();
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert!(support::cookie_value(&signed_in, "concert_portal").is_some());
+}
+
+#[tokio::test]
+async fn a_known_browser_signs_in_while_its_address_is_locked_and_a_forged_mark_counts_as_none() {
+    let portal = portal(&[]).await;
+    let client = plain_client();
+    let operator = portal_sign_in(&client, &portal.base, PASS).await;
+    assert_eq!(operator.status(), StatusCode::SEE_OTHER);
+    let known = support::cookie_value(&operator, "concert_portal_device").unwrap();
+    let with_mark = |mark: String, pass: &'static str| {
+        let client = client.clone();
+        let base = portal.base.clone();
+        async move {
+            let form = PortalForm::fetch(&client, &base).await;
+            form.post(&client, &base, pass)
+                .header("Cookie", format!("concert_portal_device={mark}"))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+
+    // Someone else at the same address (the same NAT, tunnel or proxy) locks that address.
+    let form = PortalForm::fetch(&client, &portal.base).await;
+    for _ in 0..5 {
+        let wrong = form
+            .post(&client, &portal.base, "guess")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    }
+    let locked = form.post(&client, &portal.base, PASS).send().await.unwrap();
+    assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    // The operator's browser is known, so the address's lock does not stop it, and its mark
+    // is renewed as it was.
+    let again = with_mark(known.clone(), PASS).await;
+    assert_eq!(again.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        support::cookie_value(&again, "concert_portal_device").as_deref(),
+        Some(known.as_str())
+    );
+
+    // A made-up or altered mark is no mark: that attempt is the locked address's.
+    let mut altered = known.clone().into_bytes();
+    altered[3] = if altered[3] == b'A' { b'B' } else { b'A' };
+    for forged in [
+        String::from_utf8(altered).unwrap(),
+        "A".repeat(known.len()),
+        "made-up".to_owned(),
+    ] {
+        let answer = with_mark(forged.clone(), PASS).await;
+        assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS, "{forged}");
+    }
+}
+
+#[tokio::test]
+async fn a_known_browsers_wrong_passes_lock_that_browser_not_its_address() {
+    let first = portal(&[]).await;
+    let client = plain_client();
+    let operator = portal_sign_in(&client, &first.base, PASS).await;
+    let known = support::cookie_value(&operator, "concert_portal_device").unwrap();
+    let form = PortalForm::fetch(&client, &first.base).await;
+    let post = |pass: &str, mark: Option<&str>| {
+        let mut request = form.post(&client, &first.base, pass);
+        if let Some(mark) = mark {
+            request = request.header("Cookie", format!("concert_portal_device={mark}"));
+        }
+        request.send()
+    };
+    for _ in 0..5 {
+        let wrong = post("typo", Some(&known)).await.unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(
+        post(PASS, Some(&known)).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The address itself has nothing on record: an unknown browser there signs in.
+    assert_eq!(
+        post(PASS, None).await.unwrap().status(),
+        StatusCode::SEE_OTHER
+    );
+
+    // Forged marks are counted against the address like no mark at all.
+    let other = portal(&[]).await;
+    let form = PortalForm::fetch(&client, &other.base).await;
+    for _ in 0..5 {
+        let wrong = form
+            .post(&client, &other.base, "guess")
+            .header(
+                "Cookie",
+                "concert_portal_device=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    }
+    let locked = form.post(&client, &other.base, PASS).send().await.unwrap();
+    assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS);
 }
