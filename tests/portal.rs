@@ -1528,3 +1528,249 @@ async fn a_known_browsers_wrong_passes_lock_that_browser_not_its_address() {
     let locked = form.post(&client, &other.base, PASS).send().await.unwrap();
     assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// Inline script or style in a page or fragment: the content policy would block it, so
+/// there must be none.
+fn inline_code(html: &str) -> Vec<String> {
+    let lower = html.to_ascii_lowercase();
+    let mut found = Vec::new();
+    for marker in ["<style", "style="] {
+        if lower.contains(marker) {
+            found.push(marker.to_owned());
+        }
+    }
+    for (at, _) in lower.match_indices("<script") {
+        let tag = &lower[at..];
+        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+        if !tag.contains(" src=") {
+            found.push(tag.to_owned());
+        }
+    }
+    // Event handler attributes: ` on` and letters, then `=`.
+    for (at, _) in lower.match_indices(" on") {
+        let rest = &lower[at + 3..];
+        let letters = rest.bytes().take_while(u8::is_ascii_lowercase).count();
+        if letters > 0 && rest[letters..].starts_with('=') {
+            found.push(lower[at..at + 3 + letters + 1].to_owned());
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn no_portal_page_or_fragment_carries_inline_script_or_style() {
+    let origin = support::origins::held_origin();
+    let portal = portal(&["-upstream", &origin.url(), "-cap", "1"]).await;
+    let holder = support::hold_the_only_slot(&portal.running, &origin, "/busy").await;
+    // One visitor in line (behind a trusted proxy, so with an address of its own) and one ban,
+    // so every table has rows.
+    let visitor = cookie_client();
+    let queued = visitor
+        .get(support::url(&portal.running, "/api/wait"))
+        .header("X-Forwarded-For", "203.0.113.1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(queued.status(), StatusCode::TOO_MANY_REQUESTS);
+    let client = plain_client();
+    let sign_in_page = client
+        .get(portal.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let session = portal.sign_in(&client).await;
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::POST,
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.9", "duration": "1h"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let dashboard = client
+        .get(portal.url("/"))
+        .header("Cookie", format!("concert_portal={}", session.0))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(dashboard.contains("<title>Dashboard · Concert</title>"));
+    let mut checked = vec![
+        ("/".to_owned(), sign_in_page),
+        ("/ (signed in)".to_owned(), dashboard),
+    ];
+    let fragment = |path: String| {
+        let client = client.clone();
+        let session = session.clone();
+        let portal = &portal;
+        async move {
+            let (status, answer) = portal
+                .api(&client, &session, reqwest::Method::GET, &path, None)
+                .await;
+            assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+            let html = answer["html"].as_str().unwrap_or_default().to_owned();
+            assert!(html.contains("<"), "{path}: {answer}");
+            (path, html)
+        }
+    };
+    for path in [
+        "/api/frag/queue",
+        "/api/frag/bans",
+        "/api/frag/visitors",
+        "/api/frag/visitor?client=203.0.113.1",
+        "/api/frag/banlog",
+    ] {
+        checked.push(fragment(path.to_owned()).await);
+    }
+    let banlog = &checked.last().unwrap().1;
+    let window = banlog
+        .split("data-key=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a ban window in the log")
+        .to_owned();
+    checked.push(fragment(format!("/api/frag/ban?id={window}")).await);
+    for (path, html) in &checked {
+        assert_eq!(inline_code(html), Vec::<String>::new(), "{path}");
+    }
+    // The check itself finds what it looks for.
+    assert_eq!(
+        inline_code(
+            r#"<p style="x" onclick="y()"><script>z()</script><script src="/a.js"></script>"#
+        )
+        .len(),
+        3
+    );
+
+    origin.release(10);
+    let _ = holder.await;
+}
+
+#[tokio::test]
+async fn every_route_that_changes_state_wants_the_csrf_token() {
+    let portal = portal(&["-cap", "4"]).await;
+    let client = plain_client();
+    let session = portal.sign_in(&client).await;
+    let (cookie, csrf) = session.clone();
+    let post = reqwest::Method::POST;
+    let delete = reqwest::Method::DELETE;
+    // With the token: a ban to lift and a cap of 6 to reset, for the attempts below.
+    for (method, path, body) in [
+        (
+            post.clone(),
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.8", "duration": "1h"})),
+        ),
+        (
+            post.clone(),
+            "/api/settings",
+            Some(serde_json::json!({"cap": 6})),
+        ),
+    ] {
+        let (status, answer) = portal.api(&client, &session, method, path, body).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+    }
+    let routes = [
+        (
+            post.clone(),
+            "/api/queue/promote",
+            Some(serde_json::json!({"id": "nope"})),
+        ),
+        (
+            post.clone(),
+            "/api/queue/kick",
+            Some(serde_json::json!({"id": "nope", "ban": true})),
+        ),
+        (
+            post.clone(),
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.9", "duration": "1h"})),
+        ),
+        (delete.clone(), "/api/bans?client=203.0.113.8", None),
+        (
+            post.clone(),
+            "/api/settings",
+            Some(serde_json::json!({"cap": 7})),
+        ),
+        (delete.clone(), "/api/settings?key=cap", None),
+    ];
+    for (method, path, body) in routes {
+        for token in [None, Some("0000"), Some("0123456789abcdef0123456789abcdef")] {
+            let mut request = client
+                .request(method.clone(), portal.url(path))
+                .header("Cookie", format!("concert_portal={cookie}"));
+            if let Some(token) = token {
+                request = request.header("X-CSRF-Token", token);
+            }
+            if let Some(body) = &body {
+                request = request
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body.to_string());
+            }
+            let answer = request.send().await.unwrap();
+            assert_eq!(
+                answer.status(),
+                StatusCode::FORBIDDEN,
+                "{method} {path} {token:?}"
+            );
+            assert_eq!(
+                answer.json::<serde_json::Value>().await.unwrap()["error"],
+                "missing or invalid CSRF token; reload the page",
+                "{method} {path}"
+            );
+        }
+    }
+    for form in [
+        vec![],
+        vec![("csrf", "0000")],
+        vec![("csrf", "0123456789abcdef0123456789abcdef")],
+    ] {
+        let answer = client
+            .post(portal.url("/logout"))
+            .header("Cookie", format!("concert_portal={cookie}"))
+            .form_body(&form)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN, "{form:?}");
+        assert_eq!(answer.text().await.unwrap(), "forbidden");
+    }
+    // Nothing was done: the ban stands, no other was made, the cap is still 6, and the
+    // session is still open.
+    let (_, bans) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/bans", None)
+        .await;
+    let clients: Vec<&str> = bans["bans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|ban| ban["client"].as_str())
+        .collect();
+    assert_eq!(clients, ["203.0.113.8"]);
+    assert_eq!(portal.running.app.generation().config.cap, 6);
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/overview",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let signed_out = client
+        .post(portal.url("/logout"))
+        .header("Cookie", format!("concert_portal={cookie}"))
+        .form_body(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
+}
