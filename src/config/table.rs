@@ -594,7 +594,7 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-portal-secure-cookie", env: "CONCERT_PORTAL_SECURE_COOKIE", group: PORTAL, restart: false,
         check: Check::None, default: "false",
         label: "Secure portal cookie",
-        help: "Mark the portal session cookie Secure; turn on when the portal is reached over HTTPS.",
+        help: "Mark the portal's cookies Secure; turn on when the portal is reached over HTTPS.",
     }),
     setting!(history_log: Str {
         flag: "-history-log", env: "CONCERT_HISTORY_LOG", group: PORTAL, restart: true,

@@ -9,6 +9,7 @@ use axum::extract::{Request, State};
 use http::{Response, StatusCode};
 
 use super::{Portal, respond};
+use crate::admission::cookies::{PORTAL_SIGN_IN, read_cookie};
 use crate::history::{Limits, MAX_WINDOWS};
 use crate::lifecycle::VERSION;
 
@@ -17,6 +18,8 @@ use crate::lifecycle::VERSION;
 struct SignInPage<'a> {
     version: &'a str,
     problem: Option<&'a str>,
+    /// The form's hidden token, tied to the form cookie sent with the page.
+    token: &'a str,
 }
 
 #[derive(Template)]
@@ -292,11 +295,17 @@ fn rendered(status: StatusCode, page: Result<String, askama::Error>) -> Response
     }
 }
 
-/// The sign-in page, with what went wrong last time if anything did.
-pub(super) fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response<Body> {
+/// The sign-in page, with what went wrong last time if anything did; see
+/// [`Portal::sign_in_page`] for the form cookie its token belongs to.
+pub(super) fn sign_in_page(
+    status: StatusCode,
+    problem: Option<&str>,
+    token: &str,
+) -> Response<Body> {
     let page = SignInPage {
         version: VERSION,
         problem,
+        token,
     };
     rendered(status, page.render())
 }
@@ -304,7 +313,8 @@ pub(super) fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Respons
 /// `GET /`: the dashboard with a session, the sign-in page without.
 pub(super) async fn index(State(portal): State<Arc<Portal>>, request: Request) -> Response<Body> {
     let Some((_, session)) = portal.session(&request) else {
-        return sign_in_page(StatusCode::OK, None);
+        let held = read_cookie(request.headers(), PORTAL_SIGN_IN);
+        return portal.sign_in_page(held, StatusCode::OK, None);
     };
     let upstream = portal.app.generation().config.upstream_public();
     let ip_source = portal.ip_details.describe();
