@@ -117,10 +117,27 @@ async fn start() -> Running {
         .build()
         .unwrap();
     let base = format!("http://{}", concert.portal_addr.unwrap());
+    // The sign-in form's cookie and hidden token go back with the pass.
+    let page = client.get(format!("{base}/")).send().await.unwrap();
+    let form_cookie = page
+        .headers()
+        .get("set-cookie")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|line| line.split(';').next())
+        .expect("a sign-in form cookie")
+        .to_owned();
+    let html = page.text().await.unwrap();
+    let marker = r#"name="csrf" value=""#;
+    let token = html
+        .split_once(marker)
+        .and_then(|(_, rest)| rest.split('"').next())
+        .expect("a sign-in form token")
+        .to_owned();
     let signed_in = client
         .post(format!("{base}/login"))
         .header("Content-Type", "application/x-www-form-urlencoded")
-        .body(format!("pass={}", PASS.replace(' ', "+")))
+        .header("Cookie", form_cookie)
+        .body(format!("csrf={token}&pass={}", PASS.replace(' ', "+")))
         .send()
         .await
         .unwrap();

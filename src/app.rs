@@ -294,6 +294,27 @@ impl Problem {
     }
 }
 
+/// The settings key a whole-config message names first (as `config` names it: its flag, env
+/// variable or settings.json key), so a form can show the message beside that field; empty
+/// when it names none.
+fn key_named_first(config: &Config, message: &str) -> &'static str {
+    crate::config::SETTINGS
+        .iter()
+        .filter_map(|def| word_at(message, config.name_of(def.key)).map(|at| (at, def.key)))
+        .min_by_key(|(at, _)| *at)
+        .map_or("", |(_, key)| key)
+}
+
+/// Where `name` first stands on its own in `text`: not part of a longer flag or key.
+fn word_at(text: &str, name: &str) -> Option<usize> {
+    let part_of_name = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    text.match_indices(name).map(|(at, _)| at).find(|&at| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + name.len()..].chars().next();
+        !before.is_some_and(part_of_name) && !after.is_some_and(part_of_name)
+    })
+}
+
 impl App {
     /// Validates nothing: `config` must already have passed [`Config::validate`].
     pub fn new(config: Config) -> Result<Arc<App>, BuildError> {
@@ -481,9 +502,25 @@ impl App {
         let _serial = self.change_lock.lock();
         let current = self.generation.load_full();
         let mut next = Config::clone(&current.config);
-        edit(&mut next, &self.baseline)?;
-        next.validate()
-            .map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        let edited = edit(&mut next, &self.baseline);
+        // The whole config is judged even when values were refused one by one (those keep
+        // their current values), so one answer lists every problem.
+        let whole = match &edited {
+            Ok(()) | Err(ChangeError::Refused(_)) => next.problems(),
+            Err(_) => Vec::new(),
+        };
+        match edited {
+            Err(ChangeError::Refused(mut problems)) => {
+                problems.extend(whole.into_iter().map(|message| Problem {
+                    key: key_named_first(&next, &message).to_owned(),
+                    message,
+                }));
+                return Err(ChangeError::Refused(problems));
+            }
+            Err(other) => return Err(other),
+            Ok(()) if !whole.is_empty() => return Err(ChangeError::Invalid(whole.join("; "))),
+            Ok(()) => {}
+        }
         let generation = Generation::build(Arc::new(next), Some(&current), &self.upstream_failures)
             .map_err(|e| ChangeError::Invalid(format!("settings are unusable: {e}")))?;
         let tls = self

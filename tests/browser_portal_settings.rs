@@ -74,9 +74,13 @@ async fn an_operator_changes_the_cap_in_the_settings_tab() {
     ))
     .await
     .unwrap();
-    page.wait_for("document.title === 'Dashboard · Concert'", WAIT)
-        .await
-        .unwrap();
+    // The title comes with the page's head; the tabs answer clicks once its scripts have run.
+    page.wait_for(
+        "document.title === 'Dashboard · Concert' && document.readyState === 'complete'",
+        WAIT,
+    )
+    .await
+    .unwrap();
 
     page.eval("document.querySelector('[data-tab=\"settings\"]').click(); true")
         .await

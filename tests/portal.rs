@@ -8,7 +8,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, RETRY_AFTER, SET_COOKIE};
 use support::origins::echo_origin;
-use support::{concert_with_env, cookie_client, plain_client};
+use support::{
+    PortalForm, concert_with_env, cookie_client, plain_client, portal_sign_in, set_cookies,
+};
 
 const PASS: &str = "a portal pass of some length";
 
@@ -35,12 +37,7 @@ impl PortalUnderTest {
 
     /// Signs `client` in and returns the session cookie's value and the page's CSRF token.
     async fn sign_in(&self, client: &reqwest::Client) -> (String, String) {
-        let answer = client
-            .post(self.url("/login"))
-            .form_body(&[("pass", PASS)])
-            .send()
-            .await
-            .unwrap();
+        let answer = portal_sign_in(client, &self.base, PASS).await;
         assert_eq!(answer.status(), StatusCode::SEE_OTHER);
         let cookie = session_cookie(&answer).expect("a session cookie");
         let page = client
@@ -89,6 +86,33 @@ fn csrf_of(page: &str) -> Option<String> {
     let at = page.find(r#"<meta name="csrf-token" content=""#)?;
     let rest = &page[at + r#"<meta name="csrf-token" content=""#.len()..];
     Some(rest[..rest.find('"')?].to_owned())
+}
+
+/// The headers every portal answer carries, whatever its status.
+fn assert_security_headers(answer: &reqwest::Response, what: &str) {
+    let headers = answer.headers();
+    let policy = headers
+        .get(CONTENT_SECURITY_POLICY)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    assert!(
+        policy.contains("default-src 'self'")
+            && policy.contains("script-src 'self'")
+            && policy.contains("frame-ancestors 'none'"),
+        "{what}: {policy:?}"
+    );
+    for (name, value) in [
+        ("x-frame-options", "DENY"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+    ] {
+        assert_eq!(
+            headers.get(name).and_then(|v| v.to_str().ok()),
+            Some(value),
+            "{what}: {name}"
+        );
+    }
+    assert!(headers.contains_key("cache-control"), "{what}");
 }
 
 fn asset_links(page: &str) -> Vec<String> {
@@ -167,8 +191,18 @@ async fn a_peer_outside_the_allow_list_gets_a_bare_403_everywhere() {
     ] {
         let answer = client.get(portal.url(path)).send().await.unwrap();
         assert_eq!(answer.status(), StatusCode::FORBIDDEN, "{path}");
+        assert_security_headers(&answer, path);
+        assert_eq!(answer.headers()["cache-control"], "no-store", "{path}");
         assert_eq!(answer.text().await.unwrap(), "forbidden", "{path}");
     }
+    let posted = client
+        .post(portal.url("/login"))
+        .form_body(&[("pass", PASS)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), StatusCode::FORBIDDEN);
+    assert_security_headers(&posted, "/login");
     // Forwarded headers mean nothing: only the socket peer counts.
     let answer = client
         .get(portal.url("/"))
@@ -198,9 +232,10 @@ async fn signing_in_opens_a_session_with_a_csrf_token_and_every_linked_file_load
     // No inline script or style: the policy would block them.
     assert!(!sign_in_page.contains("<script>") && !sign_in_page.contains("style="));
 
-    let wrong = client
-        .post(portal.url("/login"))
-        .form_body(&[("pass", "not the pass at all")])
+    let form = PortalForm::fetch(&client, &portal.base).await;
+    assert_eq!(form.token.len(), 32);
+    let wrong = form
+        .post(&client, &portal.base, "not the pass at all")
         .send()
         .await
         .unwrap();
@@ -213,12 +248,8 @@ async fn signing_in_opens_a_session_with_a_csrf_token_and_every_linked_file_load
             .contains("That portal pass is not correct.")
     );
 
-    let right = client
-        .post(portal.url("/login"))
-        .form_body(&[("pass", PASS)])
-        .send()
-        .await
-        .unwrap();
+    // The form stays good for another try.
+    let right = form.post(&client, &portal.base, PASS).send().await.unwrap();
     assert_eq!(right.status(), StatusCode::SEE_OTHER);
     assert_eq!(right.headers()["location"], "/");
     let line = right.headers()[SET_COOKIE].to_str().unwrap().to_owned();
@@ -227,6 +258,21 @@ async fn signing_in_opens_a_session_with_a_csrf_token_and_every_linked_file_load
         assert!(line.contains(attribute), "{attribute} missing: {line}");
     }
     assert!(!line.contains("Secure"), "{line}");
+    // The browser is known from now on, for a year.
+    let known = set_cookies(&right, "concert_portal_device");
+    assert_eq!(known.len(), 1, "{known:?}");
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/login",
+        "Max-Age=31536000",
+    ] {
+        assert!(
+            known[0].contains(attribute),
+            "{attribute} missing: {known:?}"
+        );
+    }
+    assert!(!known[0].contains("Secure"), "{known:?}");
 
     let (cookie, csrf) = portal.sign_in(&client).await;
     assert_eq!(csrf.len(), 32);
@@ -256,35 +302,31 @@ async fn signing_in_opens_a_session_with_a_csrf_token_and_every_linked_file_load
 #[tokio::test]
 async fn a_secure_cookie_is_marked_secure_when_asked() {
     let portal = portal(&["-portal-secure-cookie"]).await;
-    let right = plain_client()
-        .post(portal.url("/login"))
-        .form_body(&[("pass", PASS)])
-        .send()
-        .await
-        .unwrap();
-    let line = right.headers()[SET_COOKIE].to_str().unwrap().to_owned();
-    assert!(line.contains("; Secure"), "{line}");
+    let client = plain_client();
+    let page = client.get(portal.url("/")).send().await.unwrap();
+    let form_line = set_cookies(&page, "concert_portal_signin").join("\n");
+    assert!(form_line.contains("; Secure"), "{form_line}");
+    let right = portal_sign_in(&client, &portal.base, PASS).await;
+    for name in ["concert_portal", "concert_portal_device"] {
+        let line = set_cookies(&right, name).join("\n");
+        assert!(line.contains("; Secure"), "{name}: {line}");
+    }
 }
 
 #[tokio::test]
 async fn five_wrong_passes_lock_the_sign_in_even_for_the_right_pass() {
     let portal = portal(&[]).await;
     let client = plain_client();
+    let form = PortalForm::fetch(&client, &portal.base).await;
     for _ in 0..5 {
-        let wrong = client
-            .post(portal.url("/login"))
-            .form_body(&[("pass", "guess")])
+        let wrong = form
+            .post(&client, &portal.base, "guess")
             .send()
             .await
             .unwrap();
         assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     }
-    let locked = client
-        .post(portal.url("/login"))
-        .form_body(&[("pass", PASS)])
-        .send()
-        .await
-        .unwrap();
+    let locked = form.post(&client, &portal.base, PASS).send().await.unwrap();
     assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry: u64 = locked.headers()[RETRY_AFTER]
         .to_str()
@@ -547,6 +589,31 @@ async fn the_portal_cookie_never_reaches_the_origin() {
         .unwrap();
     let cookies = seen["headers"]["cookie"].to_string();
     assert!(!cookies.contains("concert_portal"), "{cookies}");
+    assert!(cookies.contains("theme=dark"), "{cookies}");
+
+    // Nor do the sign-in form's cookie and the known-browser mark, real ones included.
+    let client = plain_client();
+    let signed_in = portal_sign_in(&client, &portal.base, PASS).await;
+    let known = support::cookie_value(&signed_in, "concert_portal_device").unwrap();
+    let form = PortalForm::fetch(&client, &portal.base).await;
+    let seen: serde_json::Value = plain_client()
+        .get(support::url(&portal.running, "/login"))
+        .header(
+            "Cookie",
+            format!(
+                "{}; concert_portal_device={known}; theme=dark; concert_portal=x",
+                form.cookie
+            ),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cookies = seen["headers"]["cookie"].to_string();
+    assert!(!cookies.contains("concert_portal"), "{cookies}");
+    assert!(!cookies.contains(&known), "{cookies}");
     assert!(cookies.contains("theme=dark"), "{cookies}");
 }
 
@@ -950,6 +1017,8 @@ async fn the_queue_lists_the_line_moves_a_visitor_up_and_a_ban_clears_its_place(
     assert_eq!(status, StatusCode::OK);
     assert_eq!(line["listed"], 2);
     assert_eq!(line["limit"], 500);
+    assert_eq!(line["kicked"], 0);
+    assert_eq!(line["live_queue_depth"], 2);
     let occupants = line["occupants"].as_array().unwrap().clone();
     assert_eq!(occupants[0]["client"], "203.0.113.1");
     assert_eq!(occupants[0]["position"], 1);
@@ -1128,6 +1197,8 @@ async fn a_removed_visitor_is_told_so_and_may_join_again_and_remove_and_ban_bloc
         .api(&client, &session, reqwest::Method::GET, "/api/queue", None)
         .await;
     assert_eq!(line["listed"], 0);
+    // Remembered, so its next request is told it was removed.
+    assert_eq!(line["kicked"], 1, "{line}");
     let (_, overview) = portal
         .api(
             &client,
@@ -1209,4 +1280,497 @@ async fn a_removed_visitor_is_told_so_and_may_join_again_and_remove_and_ban_bloc
 
     origin.release(10);
     let _ = holder.await;
+}
+
+#[tokio::test]
+async fn a_settings_change_with_several_problems_lists_every_one_and_changes_nothing() {
+    let portal = portal(&["-cap", "4"]).await;
+    let client = plain_client();
+    let session = portal.sign_in(&client).await;
+    // A cap out of range is refused on its own; a longer retry interval makes both graces too
+    // short for it, and ban paths need the abuse registry that is being turned off: those are
+    // found only in the settings as a whole.
+    let (status, refused) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::POST,
+            "/api/settings",
+            Some(serde_json::json!({
+                "cap": 0,
+                "retry_after": 20,
+                "abuse": false,
+                "ban_paths": "/.env",
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let keys: Vec<&str> = refused["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|problem| problem["key"].as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        ["cap", "first_poll_grace", "ready_grace", "ban_paths"],
+        "{refused}"
+    );
+    let error = refused["error"].as_str().unwrap();
+    assert_eq!(error.split("; ").count(), 4, "{error}");
+    for named in [
+        "for cap:",
+        "-first-poll-grace",
+        "-ready-grace",
+        "ban_paths requires",
+    ] {
+        assert!(error.contains(named), "{named} missing: {error}");
+    }
+    let config = &portal.running.app.generation().config;
+    assert_eq!(
+        (
+            config.cap,
+            config.retry_after,
+            config.abuse,
+            config.ban_paths.len()
+        ),
+        (4, 5, true, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_sign_in_from_another_sites_page_is_refused_and_does_not_lock_the_operator_out() {
+    let portal = portal(&[]).await;
+    let client = plain_client();
+    // A page elsewhere posting wrong passes through the operator's browser: refused before the
+    // pass is looked at, even with a form token it could not have had.
+    let form = PortalForm::fetch(&client, &portal.base).await;
+    let cross_site: [&[(&str, &str)]; 4] = [
+        &[("Origin", "http://evil.example")],
+        &[("Sec-Fetch-Site", "cross-site")],
+        &[
+            ("Origin", "http://evil.example"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+        &[("Origin", "null"), ("Sec-Fetch-Site", "same-site")],
+    ];
+    for headers in cross_site {
+        for _ in 0..3 {
+            let mut request = form.post(&client, &portal.base, "guess");
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            let answer = request.send().await.unwrap();
+            assert_eq!(answer.status(), StatusCode::FORBIDDEN, "{headers:?}");
+            assert!(support::set_cookies(&answer, "concert_portal").is_empty());
+            assert_eq!(answer.text().await.unwrap(), "forbidden", "{headers:?}");
+        }
+    }
+    // A client sending neither header is held to the form's token: none, a wrong one, or one
+    // without its cookie is refused the same way, with a fresh form to try again.
+    let no_token = client
+        .post(portal.url("/login"))
+        .form_body(&[("pass", "guess")])
+        .send()
+        .await
+        .unwrap();
+    let wrong_token = client
+        .post(portal.url("/login"))
+        .header("Cookie", &form.cookie)
+        .form_body(&[
+            ("csrf", "0123456789abcdef0123456789abcdef"),
+            ("pass", "guess"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let no_cookie = client
+        .post(portal.url("/login"))
+        .form_body(&[("csrf", form.token.as_str()), ("pass", "guess")])
+        .send()
+        .await
+        .unwrap();
+    for answer in [no_token, wrong_token, no_cookie] {
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+        assert_eq!(
+            support::set_cookies(&answer, "concert_portal_signin").len(),
+            1
+        );
+        let page = answer.text().await.unwrap();
+        assert!(page.contains("The sign-in form had expired"), "{page}");
+        assert!(page.contains(r#"name="csrf""#), "{page}");
+    }
+    for _ in 0..5 {
+        let answer = client
+            .post(portal.url("/login"))
+            .form_body(&[("pass", "guess")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+    }
+
+    // None of that counted: the operator's own page signs in, as a browser sends it (with its
+    // origin hidden, as the portal's pages ask for no referrer, or named).
+    for origin in ["null", portal.base.as_str()] {
+        let signed_in = form
+            .post(&client, &portal.base, PASS)
+            .header("Origin", origin)
+            .header("Sec-Fetch-Site", "same-origin")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(signed_in.status(), StatusCode::SEE_OTHER, "{origin}");
+    }
+    let signed_in = form.post(&client, &portal.base, PASS).send().await.unwrap();
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert!(support::cookie_value(&signed_in, "concert_portal").is_some());
+}
+
+#[tokio::test]
+async fn a_known_browser_signs_in_while_its_address_is_locked_and_a_forged_mark_counts_as_none() {
+    let portal = portal(&[]).await;
+    let client = plain_client();
+    let operator = portal_sign_in(&client, &portal.base, PASS).await;
+    assert_eq!(operator.status(), StatusCode::SEE_OTHER);
+    let known = support::cookie_value(&operator, "concert_portal_device").unwrap();
+    let with_mark = |mark: String, pass: &'static str| {
+        let client = client.clone();
+        let base = portal.base.clone();
+        async move {
+            let form = PortalForm::fetch(&client, &base).await;
+            form.post(&client, &base, pass)
+                .header("Cookie", format!("concert_portal_device={mark}"))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+
+    // Someone else at the same address (the same NAT, tunnel or proxy) locks that address.
+    let form = PortalForm::fetch(&client, &portal.base).await;
+    for _ in 0..5 {
+        let wrong = form
+            .post(&client, &portal.base, "guess")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    }
+    let locked = form.post(&client, &portal.base, PASS).send().await.unwrap();
+    assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    // The operator's browser is known, so the address's lock does not stop it, and its mark
+    // is renewed as it was.
+    let again = with_mark(known.clone(), PASS).await;
+    assert_eq!(again.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        support::cookie_value(&again, "concert_portal_device").as_deref(),
+        Some(known.as_str())
+    );
+
+    // A made-up or altered mark is no mark: that attempt is the locked address's.
+    let mut altered = known.clone().into_bytes();
+    altered[3] = if altered[3] == b'A' { b'B' } else { b'A' };
+    for forged in [
+        String::from_utf8(altered).unwrap(),
+        "A".repeat(known.len()),
+        "made-up".to_owned(),
+    ] {
+        let answer = with_mark(forged.clone(), PASS).await;
+        assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS, "{forged}");
+    }
+}
+
+#[tokio::test]
+async fn a_known_browsers_wrong_passes_lock_that_browser_not_its_address() {
+    let first = portal(&[]).await;
+    let client = plain_client();
+    let operator = portal_sign_in(&client, &first.base, PASS).await;
+    let known = support::cookie_value(&operator, "concert_portal_device").unwrap();
+    let form = PortalForm::fetch(&client, &first.base).await;
+    let post = |pass: &str, mark: Option<&str>| {
+        let mut request = form.post(&client, &first.base, pass);
+        if let Some(mark) = mark {
+            request = request.header("Cookie", format!("concert_portal_device={mark}"));
+        }
+        request.send()
+    };
+    for _ in 0..5 {
+        let wrong = post("typo", Some(&known)).await.unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(
+        post(PASS, Some(&known)).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The address itself has nothing on record: an unknown browser there signs in.
+    assert_eq!(
+        post(PASS, None).await.unwrap().status(),
+        StatusCode::SEE_OTHER
+    );
+
+    // Forged marks are counted against the address like no mark at all.
+    let other = portal(&[]).await;
+    let form = PortalForm::fetch(&client, &other.base).await;
+    for _ in 0..5 {
+        let wrong = form
+            .post(&client, &other.base, "guess")
+            .header(
+                "Cookie",
+                "concert_portal_device=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    }
+    let locked = form.post(&client, &other.base, PASS).send().await.unwrap();
+    assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// Inline script or style in a page or fragment: the content policy would block it, so
+/// there must be none.
+fn inline_code(html: &str) -> Vec<String> {
+    let lower = html.to_ascii_lowercase();
+    let mut found = Vec::new();
+    for marker in ["<style", "style="] {
+        if lower.contains(marker) {
+            found.push(marker.to_owned());
+        }
+    }
+    for (at, _) in lower.match_indices("<script") {
+        let tag = &lower[at..];
+        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+        if !tag.contains(" src=") {
+            found.push(tag.to_owned());
+        }
+    }
+    // Event handler attributes: ` on` and letters, then `=`.
+    for (at, _) in lower.match_indices(" on") {
+        let rest = &lower[at + 3..];
+        let letters = rest.bytes().take_while(u8::is_ascii_lowercase).count();
+        if letters > 0 && rest[letters..].starts_with('=') {
+            found.push(lower[at..at + 3 + letters + 1].to_owned());
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn no_portal_page_or_fragment_carries_inline_script_or_style() {
+    let origin = support::origins::held_origin();
+    let portal = portal(&["-upstream", &origin.url(), "-cap", "1"]).await;
+    let holder = support::hold_the_only_slot(&portal.running, &origin, "/busy").await;
+    // One visitor in line (behind a trusted proxy, so with an address of its own) and one ban,
+    // so every table has rows.
+    let visitor = cookie_client();
+    let queued = visitor
+        .get(support::url(&portal.running, "/api/wait"))
+        .header("X-Forwarded-For", "203.0.113.1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(queued.status(), StatusCode::TOO_MANY_REQUESTS);
+    let client = plain_client();
+    let sign_in_page = client
+        .get(portal.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let session = portal.sign_in(&client).await;
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::POST,
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.9", "duration": "1h"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let dashboard = client
+        .get(portal.url("/"))
+        .header("Cookie", format!("concert_portal={}", session.0))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(dashboard.contains("<title>Dashboard · Concert</title>"));
+    let mut checked = vec![
+        ("/".to_owned(), sign_in_page),
+        ("/ (signed in)".to_owned(), dashboard),
+    ];
+    let fragment = |path: String| {
+        let client = client.clone();
+        let session = session.clone();
+        let portal = &portal;
+        async move {
+            let (status, answer) = portal
+                .api(&client, &session, reqwest::Method::GET, &path, None)
+                .await;
+            assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+            let html = answer["html"].as_str().unwrap_or_default().to_owned();
+            assert!(html.contains("<"), "{path}: {answer}");
+            (path, html)
+        }
+    };
+    for path in [
+        "/api/frag/queue",
+        "/api/frag/bans",
+        "/api/frag/visitors",
+        "/api/frag/visitor?client=203.0.113.1",
+        "/api/frag/banlog",
+    ] {
+        checked.push(fragment(path.to_owned()).await);
+    }
+    let banlog = &checked.last().unwrap().1;
+    let window = banlog
+        .split("data-key=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a ban window in the log")
+        .to_owned();
+    checked.push(fragment(format!("/api/frag/ban?id={window}")).await);
+    for (path, html) in &checked {
+        assert_eq!(inline_code(html), Vec::<String>::new(), "{path}");
+    }
+    // The check itself finds what it looks for.
+    assert_eq!(
+        inline_code(
+            r#"<p style="x" onclick="y()"><script>z()</script><script src="/a.js"></script>"#
+        )
+        .len(),
+        3
+    );
+
+    origin.release(10);
+    let _ = holder.await;
+}
+
+#[tokio::test]
+async fn every_route_that_changes_state_wants_the_csrf_token() {
+    let portal = portal(&["-cap", "4"]).await;
+    let client = plain_client();
+    let session = portal.sign_in(&client).await;
+    let (cookie, csrf) = session.clone();
+    let post = reqwest::Method::POST;
+    let delete = reqwest::Method::DELETE;
+    // With the token: a ban to lift and a cap of 6 to reset, for the attempts below.
+    for (method, path, body) in [
+        (
+            post.clone(),
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.8", "duration": "1h"})),
+        ),
+        (
+            post.clone(),
+            "/api/settings",
+            Some(serde_json::json!({"cap": 6})),
+        ),
+    ] {
+        let (status, answer) = portal.api(&client, &session, method, path, body).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+    }
+    let routes = [
+        (
+            post.clone(),
+            "/api/queue/promote",
+            Some(serde_json::json!({"id": "nope"})),
+        ),
+        (
+            post.clone(),
+            "/api/queue/kick",
+            Some(serde_json::json!({"id": "nope", "ban": true})),
+        ),
+        (
+            post.clone(),
+            "/api/bans",
+            Some(serde_json::json!({"client": "203.0.113.9", "duration": "1h"})),
+        ),
+        (delete.clone(), "/api/bans?client=203.0.113.8", None),
+        (
+            post.clone(),
+            "/api/settings",
+            Some(serde_json::json!({"cap": 7})),
+        ),
+        (delete.clone(), "/api/settings?key=cap", None),
+    ];
+    for (method, path, body) in routes {
+        for token in [None, Some("0000"), Some("0123456789abcdef0123456789abcdef")] {
+            let mut request = client
+                .request(method.clone(), portal.url(path))
+                .header("Cookie", format!("concert_portal={cookie}"));
+            if let Some(token) = token {
+                request = request.header("X-CSRF-Token", token);
+            }
+            if let Some(body) = &body {
+                request = request
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body.to_string());
+            }
+            let answer = request.send().await.unwrap();
+            assert_eq!(
+                answer.status(),
+                StatusCode::FORBIDDEN,
+                "{method} {path} {token:?}"
+            );
+            assert_eq!(
+                answer.json::<serde_json::Value>().await.unwrap()["error"],
+                "missing or invalid CSRF token; reload the page",
+                "{method} {path}"
+            );
+        }
+    }
+    for form in [
+        vec![],
+        vec![("csrf", "0000")],
+        vec![("csrf", "0123456789abcdef0123456789abcdef")],
+    ] {
+        let answer = client
+            .post(portal.url("/logout"))
+            .header("Cookie", format!("concert_portal={cookie}"))
+            .form_body(&form)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN, "{form:?}");
+        assert_eq!(answer.text().await.unwrap(), "forbidden");
+    }
+    // Nothing was done: the ban stands, no other was made, the cap is still 6, and the
+    // session is still open.
+    let (_, bans) = portal
+        .api(&client, &session, reqwest::Method::GET, "/api/bans", None)
+        .await;
+    let clients: Vec<&str> = bans["bans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|ban| ban["client"].as_str())
+        .collect();
+    assert_eq!(clients, ["203.0.113.8"]);
+    assert_eq!(portal.running.app.generation().config.cap, 6);
+    let (status, _) = portal
+        .api(
+            &client,
+            &session,
+            reqwest::Method::GET,
+            "/api/overview",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let signed_out = client
+        .post(portal.url("/logout"))
+        .header("Cookie", format!("concert_portal={cookie}"))
+        .form_body(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
 }

@@ -44,13 +44,7 @@ async fn signed_in(origin: &Origin, args: &[&str], env: &[(&str, &str)]) -> Oper
         running.portal_addr.expect("the portal listens")
     );
     let client = plain_client();
-    let answer = client
-        .post(format!("{base}/login"))
-        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(format!("pass={}", PASS.replace(' ', "+")))
-        .send()
-        .await
-        .unwrap();
+    let answer = support::portal_sign_in(&client, &base, PASS).await;
     assert_eq!(answer.status(), StatusCode::SEE_OTHER);
     let cookie = answer
         .headers()

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, SET_COOKIE};
+use reqwest::header::SET_COOKIE;
 use serde_json::Value;
 use support::origins::{self, origin_with, text};
 use support::{concert_with_env, eventually, plain_client};
@@ -28,13 +28,7 @@ async fn monitored(upstream: &str, args: &[&str]) -> Monitored {
         "http://{}",
         running.portal_addr.expect("the portal listens")
     );
-    let answer = plain_client()
-        .post(format!("{portal}/login"))
-        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(format!("pass={}", PASS.replace(' ', "+")))
-        .send()
-        .await
-        .unwrap();
+    let answer = support::portal_sign_in(&plain_client(), &portal, PASS).await;
     assert_eq!(answer.status(), StatusCode::SEE_OTHER);
     let cookie = answer
         .headers()

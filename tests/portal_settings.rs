@@ -35,13 +35,7 @@ async fn start(args: &[&str], env: &[(&str, &str)]) -> Operator {
         running.portal_addr.expect("the portal listens")
     );
     let client = plain_client();
-    let signed_in = client
-        .post(format!("{base}/login"))
-        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(format!("pass={}", PASS.replace(' ', "+")))
-        .send()
-        .await
-        .unwrap();
+    let signed_in = support::portal_sign_in(&client, &base, PASS).await;
     assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
     let cookie = signed_in
         .headers()

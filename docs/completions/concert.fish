@@ -65,7 +65,7 @@ complete -c concert -l hsts -d 'Answers over HTTPS carry Strict-Transport-Securi
 complete -c concert -l portal-listen -d 'Address of the admin portal listener (it runs only while CONCERT_PORTAL_PASS is set). Empty turns the listener off. Restart to change. [default: 127.0.0.1:8081] [env: CONCERT_PORTAL_LISTEN]' -r
 complete -c concert -l portal-allow -d 'Addresses or CIDRs allowed to reach the portal, checked on the connecting socket (forwarded headers are ignored). [default: 127.0.0.1/32,::1/128] [env: CONCERT_PORTAL_ALLOW]' -r
 complete -c concert -l portal-session-ttl -d 'How long a portal sign-in lasts. At least 5m. [default: 8h0m0s] [env: CONCERT_PORTAL_SESSION_TTL]' -r
-complete -c concert -l portal-secure-cookie -d 'Mark the portal session cookie Secure; turn on when the portal is reached over HTTPS. [default: false] [env: CONCERT_PORTAL_SECURE_COOKIE]' -r
+complete -c concert -l portal-secure-cookie -d 'Mark the portal\'s cookies Secure; turn on when the portal is reached over HTTPS. [default: false] [env: CONCERT_PORTAL_SECURE_COOKIE]' -r
 complete -c concert -l portal-tls-cert -d 'PEM certificate (chain after it) for serving the portal over HTTPS. Needs -portal-tls-key. Empty keeps the portal on plain HTTP. Restart to change. [default: ""] [env: CONCERT_PORTAL_TLS_CERT]' -r
 complete -c concert -l portal-tls-key -d 'PEM file with the private key of -portal-tls-cert. Restart to change. [default: ""] [env: CONCERT_PORTAL_TLS_KEY]' -r
 complete -c concert -l history-log -d 'Request history file. Empty uses history.jsonl in the data directory (memory only without one); off, none, false or 0 keep the history in memory only. Restart to change. [default: ""] [env: CONCERT_HISTORY_LOG]' -r

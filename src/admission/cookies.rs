@@ -23,8 +23,23 @@ pub(crate) const FASTLANE: &str = "concert_fastlane";
 /// The admin portal's session. Browsers do not tell cookies apart by port, so when the portal
 /// and the site share a host name this one would reach the origin too.
 pub(crate) const PORTAL: &str = "concert_portal";
+/// The portal's "known browser" mark, set at sign-in: that browser's wrong passes count
+/// against it alone.
+pub(crate) const PORTAL_DEVICE: &str = "concert_portal_device";
+/// The portal's sign-in form cookie, which the form's hidden token must match.
+pub(crate) const PORTAL_SIGN_IN: &str = "concert_portal_signin";
 /// Concert's own cookies: they are never passed on to the origin.
-pub(crate) const PRIVATE: [&str; 7] = [TICKET, ROOM_PASS, PROBE, ADMIT, PRIORITY, FASTLANE, PORTAL];
+pub(crate) const PRIVATE: [&str; 9] = [
+    TICKET,
+    ROOM_PASS,
+    PROBE,
+    ADMIT,
+    PRIORITY,
+    FASTLANE,
+    PORTAL,
+    PORTAL_DEVICE,
+    PORTAL_SIGN_IN,
+];
 
 /// Value of the first cookie called `name` across all `Cookie` headers, borrowed from the request.
 ///

@@ -464,10 +464,15 @@ impl Config {
         setting(key).map(|(_, def)| value::to_text((def.get)(self)))
     }
 
-    /// Whole-config validation. Clamps `retry_after` to at least 1 and generates the
-    /// admission secret when it is unset.
+    /// Whole-config validation, every problem in one message. Clamps `retry_after` to at least
+    /// 1 and generates the admission secret when it is unset.
     pub fn validate(&mut self) -> Result<(), ConfigError> {
         validate::validate(self).map_err(ConfigError::Invalid)
+    }
+
+    /// [`Config::validate`]'s problems one by one; empty when it passes.
+    pub fn problems(&mut self) -> Vec<String> {
+        validate::problems(self)
     }
 
     /// Ticket lifetime given to the room (0 → 5m).

@@ -634,7 +634,7 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-portal-secure-cookie", env: "CONCERT_PORTAL_SECURE_COOKIE", group: PORTAL, restart: false,
         check: Check::None, default: "false",
         label: "Secure portal cookie",
-        help: "Mark the portal session cookie Secure; turn on when the portal is reached over HTTPS.",
+        help: "Mark the portal's cookies Secure; turn on when the portal is reached over HTTPS.",
     }),
     setting!(portal_tls_cert: Str {
         flag: "-portal-tls-cert", env: "CONCERT_PORTAL_TLS_CERT", group: PORTAL, restart: true,

@@ -1,7 +1,7 @@
 //! Whole-config validation: the cross-setting rules, run at start and on every runtime change in
-//! a fixed order (so a config with several problems always reports the same one first), followed
-//! by every row's per-value check so a config built or edited in code meets the same rules as one
-//! read from flags or files.
+//! a fixed order (so a config with several problems always lists them alike), followed by every
+//! row's per-value check so a config built or edited in code meets the same rules as one read
+//! from flags or files. Every problem is reported, not just the first.
 
 use std::time::Duration;
 
@@ -31,39 +31,54 @@ fn check_key(config: &Config, key: &str) -> Result<(), String> {
     })
 }
 
-fn check_keys(config: &Config, keys: &[&str]) -> Result<(), String> {
-    keys.iter().try_for_each(|key| check_key(config, key))
+/// Problems found so far, each once (the per-row checks at the end repeat earlier ones).
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn note(&mut self, checked: Result<(), String>) {
+        if let Err(problem) = checked
+            && !self.0.contains(&problem)
+        {
+            self.0.push(problem);
+        }
+    }
 }
 
-pub(super) fn validate(config: &mut Config) -> Result<(), String> {
-    check_key(config, "upstream")?;
-    check_key(config, "cap")?;
+/// Every problem of the whole config, in a fixed order, so the first one is always the same.
+/// Clamps `retry_after` to at least 1 and generates the admission secret when it is unset.
+pub(super) fn problems(config: &mut Config) -> Vec<String> {
     if config.retry_after < 1 {
         config.retry_after = 1;
     }
-    check_grace(config, "first_poll_grace", config.first_poll_grace)?;
-    check_grace(config, "ready_grace", config.ready_grace)?;
-    check_keys(
+    let mut found = Problems::default();
+    found.note(check_key(config, "upstream"));
+    found.note(check_key(config, "cap"));
+    found.note(check_grace(
         config,
-        &[
-            "asset_cap",
-            "asset_user_cap_h1",
-            "asset_user_cap_h2",
-            "asset_wait",
-            "asset_user_wait",
-            "admit_ttl",
-            "stream_cap",
-        ],
-    )?;
-    check_keys(
-        config,
-        &["priority_cap", "priority_wait", "priority_lane_rank"],
-    )?;
-    check_tls(config)?;
-    check_admit_secret(config)?;
-    check_abuse(config)?;
-    check_portal(config)?;
-    check_path_lists(
+        "first_poll_grace",
+        config.first_poll_grace,
+    ));
+    found.note(check_grace(config, "ready_grace", config.ready_grace));
+    for key in [
+        "asset_cap",
+        "asset_user_cap_h1",
+        "asset_user_cap_h2",
+        "asset_wait",
+        "asset_user_wait",
+        "admit_ttl",
+        "stream_cap",
+        "priority_cap",
+        "priority_wait",
+        "priority_lane_rank",
+    ] {
+        found.note(check_key(config, key));
+    }
+    found.note(check_tls(config));
+    found.note(check_admit_secret(config));
+    found.note(check_abuse(config));
+    found.note(check_portal(config));
+    found.note(check_path_lists(
         &[
             (config.name_of("bypass"), &config.bypass),
             (config.name_of("assets"), &config.assets),
@@ -71,12 +86,23 @@ pub(super) fn validate(config: &mut Config) -> Result<(), String> {
             (config.name_of("stream_paths"), &config.stream_paths),
         ],
         Some((config.name_of("ban_paths"), &config.ban_paths)),
-    )?;
-    check_html(config)?;
+    ));
+    found.note(check_html(config));
     for def in SETTINGS {
-        check_key(config, def.key)?;
+        found.note(check_key(config, def.key));
     }
-    check_workers(config)
+    found.note(check_workers(config));
+    found.0
+}
+
+/// [`problems`], all of them in one line.
+pub(super) fn validate(config: &mut Config) -> Result<(), String> {
+    let found = problems(config);
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(found.join("; "))
+    }
 }
 
 /// A grace must leave a client polling at the retry interval two chances to be seen.
@@ -98,7 +124,9 @@ fn check_grace(config: &Config, key: &str, grace: Duration) -> Result<(), String
 /// The HTTPS settings together: one way to get certificates at a time, pairs complete, and the
 /// plain-HTTP listener only beside HTTPS (it sends everything to https).
 fn check_tls(config: &Config) -> Result<(), String> {
-    check_keys(config, &["tls_directory", "hsts", "http_listen"])?;
+    for key in ["tls_directory", "hsts", "http_listen"] {
+        check_key(config, key)?;
+    }
     check_pair(config, "tls_cert", "tls_key")?;
     check_pair(config, "portal_tls_cert", "portal_tls_key")?;
     if !config.tls_cert.trim().is_empty() && !config.tls_domains.is_empty() {

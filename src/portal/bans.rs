@@ -10,19 +10,19 @@ use http::{Response, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::fragments::{AddressCell, Fragment, TableQuery, now_ms};
+use super::fragments::{AddressCell, Fragment, TableQuery, now_ms, wall_ms};
 use super::{Portal, peer_of, read_body, respond};
+use crate::abuse::record::WallTime;
 use crate::abuse::{BanError, BanLength, BanTarget, BanView};
 
 /// One row of the bans table.
 struct BanRow {
     cell: AddressCell,
     permanent: bool,
-    /// Unix milliseconds the ban ends (0 for permanent ones).
-    until_ms: u64,
+    /// Unix milliseconds the ban ends (0 for permanent ones): the registry's own end, so the
+    /// row reads the same from one refresh to the next.
+    until_ms: i64,
     offenses: u32,
-    /// Whole minutes left, rounded up: what the change dialog starts from.
-    minutes_left: u64,
 }
 
 #[derive(Template)]
@@ -60,6 +60,18 @@ fn matching(portal: &Portal, filter: &str) -> Vec<BanView> {
     bans
 }
 
+/// Unix milliseconds a timed ban ends, read from the registry's end time; should that ever not
+/// parse, from the seconds left (which moves with `now`).
+fn ends_ms(ban: &BanView, now: u64) -> i64 {
+    WallTime::parse(&ban.until).map_or_else(
+        || {
+            let left = ban.remaining_seconds.saturating_mul(1000);
+            i64::try_from(now.saturating_add(left)).unwrap_or(i64::MAX)
+        },
+        wall_ms,
+    )
+}
+
 /// `GET /api/frag/bans`: one page of the bans table, rendered.
 pub(super) async fn fragment(
     State(portal): State<Arc<Portal>>,
@@ -78,13 +90,8 @@ pub(super) async fn fragment(
             Some(BanRow {
                 cell: AddressCell::of(&ban.client, &portal.ip_details)?,
                 permanent: ban.permanent,
-                until_ms: if ban.permanent {
-                    0
-                } else {
-                    now + ban.remaining_seconds * 1000
-                },
+                until_ms: if ban.permanent { 0 } else { ends_ms(ban, now) },
                 offenses: ban.offenses,
-                minutes_left: ban.remaining_seconds.div_ceil(60),
             })
         })
         .collect();

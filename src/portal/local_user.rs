@@ -1,22 +1,62 @@
 //! The local account behind a connection from this host: the kernel lists every TCP socket
 //! with its owner in `/proc/net/tcp` and `/proc/net/tcp6`, and the client end of a loopback
-//! connection is one of them. Used only when a sign-in fails, so its cost (reading those
-//! tables) never touches the portal's other requests.
+//! connection is one of them. Read only when a sign-in needs it (its address has failures on
+//! record, or it adds one), off the async workers: those tables grow with every open
+//! connection on the host.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const TABLES: [&str; 2] = ["/proc/net/tcp", "/proc/net/tcp6"];
+
+/// Set once the tables could not be read, so that is said once, not per sign-in.
+static UNREADABLE_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a connection comes from this host, so its local account can be asked for.
+pub(crate) fn on_this_host(peer: SocketAddr, local: SocketAddr) -> bool {
+    peer.ip().is_loopback() || peer.ip() == local.ip()
+}
 
 /// The uid owning the socket at `peer` connected to `local`, when both are on this host and the
-/// system says; `None` otherwise.
-pub(crate) fn owner_of(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
-    if !peer.ip().is_loopback() && peer.ip() != local.ip() {
+/// system says; `None` otherwise. The tables are read on the blocking pool.
+pub(crate) async fn owner_of(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
+    if !on_this_host(peer, local) {
         return None;
     }
-    ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .find_map(|table| {
-            let text = std::fs::read_to_string(table).ok()?;
-            owner_in_table(&text, peer, local)
-        })
+    match tokio::task::spawn_blocking(move || owner_in_tables(peer, local)).await {
+        Ok(Ok(owner)) => owner,
+        Ok(Err(error)) => {
+            if !UNREADABLE_REPORTED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "portal: cannot read {} ({error}), so local accounts cannot be told apart: failed sign-ins from this host count against its address, shared by every local user",
+                    TABLES.join(" or ")
+                );
+            }
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Looks in both tables; an error only when neither could be read.
+fn owner_in_tables(peer: SocketAddr, local: SocketAddr) -> std::io::Result<Option<u32>> {
+    let mut last_error = None;
+    let mut read_any = false;
+    for table in TABLES {
+        match std::fs::read_to_string(table) {
+            Ok(text) => {
+                read_any = true;
+                if let Some(owner) = owner_in_table(&text, peer, local) {
+                    return Ok(Some(owner));
+                }
+            }
+            Err(error) => last_error = Some(error),
+        }
+    }
+    match last_error {
+        Some(error) if !read_any => Err(error),
+        _ => Ok(None),
+    }
 }
 
 /// Finds the row whose local end is `peer` and remote end `local` (the client's socket) in one
@@ -107,14 +147,15 @@ mod tests {
             meta.uid()
         });
         if let Ok(uid) = uid {
-            assert_eq!(owner_of(peer, server), Some(uid));
+            assert_eq!(owner_of(peer, server).await, Some(uid));
         }
     }
 
-    #[test]
-    fn remote_peers_are_not_looked_up() {
+    #[tokio::test]
+    async fn remote_peers_are_not_looked_up() {
         let peer: SocketAddr = "192.0.2.1:4000".parse().unwrap();
         let local: SocketAddr = "192.0.2.2:8081".parse().unwrap();
-        assert_eq!(owner_of(peer, local), None);
+        assert!(!on_this_host(peer, local));
+        assert_eq!(owner_of(peer, local).await, None);
     }
 }

@@ -30,13 +30,13 @@ use axum::middleware::{self, Next};
 use axum::routing::{get, post};
 use http::{HeaderValue, Method, Response, StatusCode, header};
 
-use crate::admission::cookies::{PORTAL, read_cookie};
+use crate::admission::cookies::{PORTAL, PORTAL_DEVICE, PORTAL_SIGN_IN, read_cookie, read_cookies};
 use crate::app::App;
 use crate::ipinfo::IpInfo;
 use crate::server::SideConn;
 use crate::wire::intake::{IntakeLimits, collect};
 
-use auth::{Auth, Session, SignIn, SignInSource};
+use auth::{Attempt, Auth, KnownBrowser, Session, SignIn, SignInSource};
 
 /// How often expired sessions and old failure records are forgotten.
 const PRUNE_EVERY: Duration = Duration::from_secs(10);
@@ -116,7 +116,19 @@ impl Portal {
     }
 
     fn session_cookie(&self, value: &str, max_age: Duration) -> Option<HeaderValue> {
-        // Served over the portal's own TLS, the cookie is Secure whatever the setting says.
+        self.cookie_line(PORTAL, value, "/", max_age)
+    }
+
+    /// A `Set-Cookie` line for one of the portal's cookies: never readable by scripts, never
+    /// sent by another site's page, `Secure` when the portal is reached over HTTPS.
+    fn cookie_line(
+        &self,
+        name: &str,
+        value: &str,
+        path: &str,
+        max_age: Duration,
+    ) -> Option<HeaderValue> {
+        // Served over the portal's own TLS, the cookies are Secure whatever the setting says.
         let secure = if self.app.generation().config.portal_secure_cookie
             || self.app.tls.portal_acceptor().is_some()
         {
@@ -125,11 +137,37 @@ impl Portal {
             ""
         };
         HeaderValue::from_str(&format!(
-            "{PORTAL}={value}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict{secure}",
+            "{name}={value}; Path={path}; Max-Age={}; HttpOnly; SameSite=Strict{secure}",
             max_age.as_secs()
         ))
         .ok()
     }
+
+    /// The sign-in page with `status` and what went wrong, its form tied to the form cookie
+    /// the browser holds (`held`) or to a new one set with it.
+    fn sign_in_page(
+        &self,
+        held: Option<&str>,
+        status: StatusCode,
+        problem: Option<&str>,
+    ) -> Response<Body> {
+        let form = self.auth.sign_in_form(held, unix_now());
+        let mut response = pages::sign_in_page(status, problem, &form.token);
+        if let Some(value) = form.new_cookie
+            && let Some(line) =
+                self.cookie_line(PORTAL_SIGN_IN, &value, "/", auth::SIGN_IN_FORM_TTL)
+        {
+            response.headers_mut().append(header::SET_COOKIE, line);
+        }
+        response
+    }
+}
+
+/// Seconds since the Unix epoch, for the sign-in form's cookie (it outlives a restart).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
 }
 
 /// The portal's routes and layers.
@@ -171,10 +209,11 @@ pub fn router(portal: Arc<Portal>) -> Router {
         .route("/assets/{*path}", get(assets::serve))
         .merge(api)
         .fallback(|| async { respond::not_found() })
-        .layer(middleware::from_fn(respond::security_headers))
-        // Outermost, so it runs first: a peer outside the list learns nothing, not even
-        // whether a path exists.
+        // Before any route: a peer outside the list learns nothing, not even whether a path
+        // exists.
         .layer(middleware::from_fn_with_state(portal.clone(), allow_list))
+        // Outermost, so every answer carries them, the allow list's refusal too.
+        .layer(middleware::from_fn(respond::security_headers))
         .with_state(portal)
 }
 
@@ -259,41 +298,68 @@ fn form_field(form: &[u8], name: &str) -> Option<String> {
 }
 
 /// `POST /login`: the pass from the form; a session and 303 to `/`, the sign-in page again with
-/// 401, or 429 while the source is locked.
+/// 401, or 429 while the attempt's browser or source is locked. A post from another site, or
+/// one without the token of the form the portal gave out, is refused before its pass is looked
+/// at, so it cannot count towards a lockout.
 async fn sign_in(State(portal): State<Arc<Portal>>, request: Request) -> Response<Body> {
-    let conn = request.extensions().get::<SideConn>().copied();
+    let Some(conn) = request.extensions().get::<SideConn>().copied() else {
+        return respond::forbidden();
+    };
+    if auth::cross_site(request.headers()) {
+        tracing::info!(
+            "portal: refused a sign-in from another site's page ({})",
+            conn.peer.ip()
+        );
+        return respond::forbidden();
+    }
+    let [form_cookie, browser_cookie] =
+        read_cookies(request.headers(), [PORTAL_SIGN_IN, PORTAL_DEVICE])
+            .map(|value| value.map(str::to_owned));
     let form = match read_body(request).await {
         Ok(form) => form,
         Err(refusal) => return refusal,
     };
+    let token = form_field(&form, "csrf").unwrap_or_default();
+    if !portal
+        .auth
+        .sign_in_form_matches(form_cookie.as_deref(), &token, unix_now())
+    {
+        return portal.sign_in_page(
+            None,
+            StatusCode::FORBIDDEN,
+            Some("The sign-in form had expired, or the browser did not send its cookie. Enter the pass again."),
+        );
+    }
     let presented = form_field(&form, "pass").unwrap_or_default();
-    let Some(conn) = conn else {
-        return respond::forbidden();
-    };
-    let source = SignInSource {
-        peer: conn.peer.ip(),
-        local_user: local_user::owner_of(conn.peer, conn.local),
-    };
     let ttl = portal.app.generation().config.portal_session_ttl;
-    match portal.auth.sign_in(source, &presented, ttl) {
+    let browser = browser_cookie
+        .as_deref()
+        .and_then(|cookie| portal.auth.known_browser(cookie));
+    let outcome = match browser {
+        Some(browser) => portal
+            .auth
+            .sign_in(Attempt::Browser(browser), &presented, ttl),
+        None => sign_in_from_source(&portal, conn, &presented, ttl).await,
+    };
+    match outcome {
         SignIn::Opened { cookie } => {
             tracing::info!("portal: {} signed in", conn.peer.ip());
             let mut response = respond::see_other("/");
-            if let Some(cookie) = portal.session_cookie(&cookie, ttl) {
-                response.headers_mut().insert(header::SET_COOKIE, cookie);
-            }
+            opened(&portal, &mut response, &cookie, ttl, browser);
             response
         }
         SignIn::Wrong => {
             tracing::warn!("portal: failed sign-in from {}", conn.peer.ip());
-            pages::sign_in_page(
+            portal.sign_in_page(
+                form_cookie.as_deref(),
                 StatusCode::UNAUTHORIZED,
                 Some("That portal pass is not correct."),
             )
         }
         SignIn::Locked(left) => {
             let seconds = left.as_secs() + 1;
-            let mut response = pages::sign_in_page(
+            let mut response = portal.sign_in_page(
+                form_cookie.as_deref(),
                 StatusCode::TOO_MANY_REQUESTS,
                 Some(&format!(
                     "Too many failed attempts. Try again in {}.",
@@ -305,6 +371,55 @@ async fn sign_in(State(portal): State<Arc<Portal>>, request: Request) -> Respons
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
             response
         }
+    }
+}
+
+/// A sign-in from a browser the portal does not know, counted against its source. For a peer
+/// on this host the source includes the local account, which costs a read of the kernel's
+/// socket tables: it is made only when the address has failures to tell apart (the lock check
+/// needs it) or this attempt adds one.
+async fn sign_in_from_source(
+    portal: &Portal,
+    conn: SideConn,
+    presented: &str,
+    ttl: Duration,
+) -> SignIn {
+    let peer = conn.peer.ip();
+    let source = |local_user| Attempt::Source(SignInSource { peer, local_user });
+    if !local_user::on_this_host(conn.peer, conn.local) {
+        return portal.auth.sign_in(source(None), presented, ttl);
+    }
+    if portal.auth.address_has_failures(peer) {
+        let account = local_user::owner_of(conn.peer, conn.local).await;
+        return portal.auth.sign_in(source(account), presented, ttl);
+    }
+    if portal.auth.pass_matches(presented) {
+        return SignIn::Opened {
+            cookie: portal.auth.open_session(ttl),
+        };
+    }
+    let account = local_user::owner_of(conn.peer, conn.local).await;
+    portal.auth.count_failure(source(account));
+    SignIn::Wrong
+}
+
+/// Sets the new session's cookie and marks the browser as known (or renews its mark), so its
+/// later failures count against it alone; the sign-in form's cookie is done with.
+fn opened(
+    portal: &Portal,
+    response: &mut Response<Body>,
+    session: &str,
+    ttl: Duration,
+    browser: Option<KnownBrowser>,
+) {
+    let known = portal.auth.known_browser_cookie(browser);
+    let lines = [
+        portal.session_cookie(session, ttl),
+        portal.cookie_line(PORTAL_DEVICE, &known, "/login", auth::KNOWN_BROWSER_TTL),
+        portal.cookie_line(PORTAL_SIGN_IN, "", "/", Duration::ZERO),
+    ];
+    for line in lines.into_iter().flatten() {
+        response.headers_mut().append(header::SET_COOKIE, line);
     }
 }
 

@@ -9,6 +9,7 @@ use axum::extract::{Request, State};
 use http::{Response, StatusCode};
 
 use super::{Portal, respond};
+use crate::admission::cookies::{PORTAL_SIGN_IN, read_cookie};
 use crate::history::{Limits, MAX_WINDOWS};
 use crate::lifecycle::VERSION;
 
@@ -17,6 +18,8 @@ use crate::lifecycle::VERSION;
 struct SignInPage<'a> {
     version: &'a str,
     problem: Option<&'a str>,
+    /// The form's hidden token, tied to the form cookie sent with the page.
+    token: &'a str,
 }
 
 #[derive(Template)]
@@ -26,18 +29,29 @@ struct Dashboard<'a> {
     csrf: &'a str,
     upstream: &'a str,
     ip_source: &'a str,
+    /// Every tab with its rendered panel, in the order of their pills.
+    panes: &'a [Pane],
+}
+
+/// What the tabs' panels are rendered from: one set of figures they all may use.
+pub(super) struct Panels<'a> {
     lists: &'a [StatList],
-    /// The request history's bounds, for the note under the Visitors table.
+    /// The request history's bounds, for the notes under the Visitors and Ban log tables.
     history_limits: Limits,
     /// Ban windows the history keeps at most.
     max_windows: usize,
     cards: &'a [MonitorCard],
-    tabs: &'a [Tab],
 }
 
-/// One tab of the dashboard: its pill and the script that fills it. The panel itself is the
-/// template `templates/portal/tab_<id>.html`, included by `dashboard.html` (an include must
-/// name its file), and its data comes from the tab's own module under `src/portal/`.
+/// A tab's panel, rendered: the contents of its `<section>`.
+struct Pane {
+    tab: &'static Tab,
+    html: String,
+}
+
+/// One tab of the dashboard: its pill, its panel and the script that fills it. The dashboard
+/// makes a pill and a panel for every entry of [`TABS`]; the data comes from the tab's own
+/// module under `src/portal/`.
 pub(super) struct Tab {
     /// The `data-tab` name, also kept in the URL's fragment.
     pub id: &'static str,
@@ -46,52 +60,86 @@ pub(super) struct Tab {
     pub badge: Option<&'static str>,
     /// Its script under `/assets/js/`, loaded after the shared ones; none for the Overview.
     pub script: Option<&'static str>,
+    /// Renders its panel from its template (see [`panel!`]).
+    panel: fn(&Panels<'_>) -> askama::Result<String>,
 }
 
-/// The tabs in the order of their pills. A new tab (the fast lane's, say) is one entry here,
-/// one `tab_<id>.html` included in the dashboard, one script in the asset table, and its routes.
+/// A panel renderer for [`Tab::panel`]: the template at `$path` with the fields of [`Panels`].
+macro_rules! panel {
+    ($path:literal) => {{
+        #[derive(Template)]
+        #[template(path = $path)]
+        struct Panel<'a, 'b> {
+            panels: &'a Panels<'b>,
+        }
+
+        // The template names the fields of `Panels` directly.
+        impl<'b> std::ops::Deref for Panel<'_, 'b> {
+            type Target = Panels<'b>;
+            fn deref(&self) -> &Panels<'b> {
+                self.panels
+            }
+        }
+
+        fn render(panels: &Panels<'_>) -> askama::Result<String> {
+            Panel { panels }.render()
+        }
+        render
+    }};
+}
+
+/// The tabs in the order of their pills. A new tab (the fast lane's, say, between the Ban log
+/// and the Monitor) is one entry here, its `templates/portal/tab_<id>.html`, its script (also
+/// listed in the asset table) and its routes.
 pub(super) static TABS: &[Tab] = &[
     Tab {
         id: "overview",
         label: "Overview",
         badge: None,
         script: None,
+        panel: panel!("portal/tab_overview.html"),
     },
     Tab {
         id: "queue",
         label: "Queue",
         badge: Some("live_queue_depth"),
         script: Some("portal-queue.js"),
+        panel: panel!("portal/tab_queue.html"),
     },
     Tab {
         id: "bans",
         label: "Bans",
         badge: Some("active_bans"),
         script: Some("portal-bans.js"),
+        panel: panel!("portal/tab_bans.html"),
     },
     Tab {
         id: "visitors",
         label: "Visitors",
         badge: Some("history_clients"),
         script: Some("portal-visitors.js"),
+        panel: panel!("portal/tab_visitors.html"),
     },
     Tab {
         id: "banlog",
         label: "Ban log",
         badge: None,
         script: Some("portal-banlog.js"),
+        panel: panel!("portal/tab_banlog.html"),
     },
     Tab {
         id: "monitor",
         label: "Monitor",
         badge: None,
         script: Some("portal-monitor.js"),
+        panel: panel!("portal/tab_monitor.html"),
     },
     Tab {
         id: "settings",
         label: "Settings",
         badge: None,
         script: Some("portal-settings.js"),
+        panel: panel!("portal/tab_settings.html"),
     },
 ];
 
@@ -247,11 +295,17 @@ fn rendered(status: StatusCode, page: Result<String, askama::Error>) -> Response
     }
 }
 
-/// The sign-in page, with what went wrong last time if anything did.
-pub(super) fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response<Body> {
+/// The sign-in page, with what went wrong last time if anything did; see
+/// [`Portal::sign_in_page`] for the form cookie its token belongs to.
+pub(super) fn sign_in_page(
+    status: StatusCode,
+    problem: Option<&str>,
+    token: &str,
+) -> Response<Body> {
     let page = SignInPage {
         version: VERSION,
         problem,
+        token,
     };
     rendered(status, page.render())
 }
@@ -259,20 +313,63 @@ pub(super) fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Respons
 /// `GET /`: the dashboard with a session, the sign-in page without.
 pub(super) async fn index(State(portal): State<Arc<Portal>>, request: Request) -> Response<Body> {
     let Some((_, session)) = portal.session(&request) else {
-        return sign_in_page(StatusCode::OK, None);
+        let held = read_cookie(request.headers(), PORTAL_SIGN_IN);
+        return portal.sign_in_page(held, StatusCode::OK, None);
     };
     let upstream = portal.app.generation().config.upstream_public();
     let ip_source = portal.ip_details.describe();
-    let page = Dashboard {
-        version: VERSION,
-        csrf: &session.csrf,
-        upstream: &upstream,
-        ip_source: &ip_source,
+    let panels = Panels {
         lists: OVERVIEW_LISTS,
         history_limits: Limits::default(),
         max_windows: MAX_WINDOWS,
         cards: MONITOR_CARDS,
-        tabs: TABS,
     };
-    rendered(StatusCode::OK, page.render())
+    let panes: askama::Result<Vec<Pane>> = TABS
+        .iter()
+        .map(|tab| {
+            Ok(Pane {
+                tab,
+                html: (tab.panel)(&panels)?,
+            })
+        })
+        .collect();
+    let page = panes.and_then(|panes| {
+        Dashboard {
+            version: VERSION,
+            csrf: &session.csrf,
+            upstream: &upstream,
+            ip_source: &ip_source,
+            panes: &panes,
+        }
+        .render()
+    });
+    rendered(StatusCode::OK, page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::portal::assets::ASSETS;
+
+    #[test]
+    fn every_tab_has_a_panel_and_its_script_is_served() {
+        let panels = Panels {
+            lists: OVERVIEW_LISTS,
+            history_limits: Limits::default(),
+            max_windows: MAX_WINDOWS,
+            cards: MONITOR_CARDS,
+        };
+        for tab in TABS {
+            let html = (tab.panel)(&panels).unwrap_or_else(|e| panic!("{}: {e}", tab.id));
+            assert!(!html.trim().is_empty(), "{} has an empty panel", tab.id);
+            if let Some(script) = tab.script {
+                let path = format!("js/{script}");
+                assert!(
+                    ASSETS.iter().any(|(name, _, _)| *name == path),
+                    "{} is not in the asset table",
+                    path
+                );
+            }
+        }
+    }
 }

@@ -103,7 +103,8 @@ fn matches_filter(occupant: &Occupant, filter: &str) -> bool {
         .any(|text| text.to_lowercase().contains(filter))
 }
 
-/// `GET /api/queue`: the listed front of the line.
+/// `GET /api/queue`: the listed front of the line, and how many removed visitors are still
+/// remembered (to be told so when they come back).
 pub(super) async fn list(State(portal): State<Arc<Portal>>) -> Response<Body> {
     let listed: Vec<Occupant> = occupants(&portal)
         .into_iter()
@@ -115,6 +116,7 @@ pub(super) async fn list(State(portal): State<Arc<Portal>>) -> Response<Body> {
             "listed": listed.len(),
             "occupants": listed,
             "limit": LISTED,
+            "kicked": portal.app.room.removed_remembered(),
             "live_queue_depth": portal.app.room.stats().live_queue_depth,
         }),
     )

@@ -463,6 +463,29 @@ impl Page {
         .map(drop)
     }
 
+    /// Moves the pointer to (x, y) in CSS pixels, as a mouse would: hover events follow.
+    pub async fn move_mouse(&self, x: f64, y: f64) -> Result<(), String> {
+        self.call(
+            "Input.dispatchMouseEvent",
+            json!({ "type": "mouseMoved", "x": x, "y": y }),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// A left click at (x, y) in CSS pixels, pressed and released like a person's, so the page
+    /// gets the user activation that a script's `click()` lacks (copying needs it).
+    pub async fn click_at(&self, x: f64, y: f64) -> Result<(), String> {
+        for kind in ["mousePressed", "mouseReleased"] {
+            self.call(
+                "Input.dispatchMouseEvent",
+                json!({ "type": kind, "x": x, "y": y, "button": "left", "clickCount": 1 }),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Emulates media features, e.g. `[("prefers-color-scheme", "dark")]`.
     pub async fn emulate_media(&self, features: &[(&str, &str)]) -> Result<(), String> {
         let features: Vec<Value> = features

@@ -186,3 +186,67 @@ pub async fn keep_alive_exchange(stream: &mut TcpStream, request: &str) -> (Stri
         }
     }
 }
+
+/// The portal's sign-in form as a browser gets it: the form cookie the page sets and the token
+/// of its hidden field, which a sign-in must send back together.
+pub struct PortalForm {
+    /// `concert_portal_signin=<value>`, ready for a `Cookie` header.
+    pub cookie: String,
+    pub token: String,
+}
+
+impl PortalForm {
+    /// Loads the sign-in page at `base` (the portal's `http://host:port`).
+    pub async fn fetch(client: &reqwest::Client, base: &str) -> PortalForm {
+        let page = client.get(format!("{base}/")).send().await.unwrap();
+        let value = cookie_value(&page, "concert_portal_signin").expect("a sign-in form cookie");
+        let html = page.text().await.unwrap();
+        let marker = r#"name="csrf" value=""#;
+        let at = html.find(marker).expect("a token in the sign-in form") + marker.len();
+        let token = html[at..].split('"').next().unwrap_or_default().to_owned();
+        PortalForm {
+            cookie: format!("concert_portal_signin={value}"),
+            token,
+        }
+    }
+
+    /// A post of this form with `pass`; more cookies may be added to it.
+    pub fn post(
+        &self,
+        client: &reqwest::Client,
+        base: &str,
+        pass: &str,
+    ) -> reqwest::RequestBuilder {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("csrf", &self.token)
+            .append_pair("pass", pass)
+            .finish();
+        client
+            .post(format!("{base}/login"))
+            .header("Cookie", &self.cookie)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(body)
+    }
+}
+
+/// Signs in to the portal at `base` as its sign-in page does, and returns the answer.
+pub async fn portal_sign_in(client: &reqwest::Client, base: &str, pass: &str) -> reqwest::Response {
+    PortalForm::fetch(client, base)
+        .await
+        .post(client, base, pass)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The value a response sets for cookie `name`, if it sets one.
+pub fn cookie_value(response: &reqwest::Response, name: &str) -> Option<String> {
+    set_cookies(response, name)
+        .first()
+        .and_then(|line| line.split(';').next())
+        .and_then(|pair| pair.split_once('='))
+        .map(|(_, value)| value.to_owned())
+}

@@ -10,5 +10,5 @@
     if (portal.isActive("banlog")) table.reload();
   });
 
-  portal.tab("banlog", { refresh: table.refresh });
+  portal.tab("banlog", { refresh: table.refresh, shown: table.shown });
 })();

@@ -3,7 +3,7 @@
   "use strict";
   var portal = window.ConcertPortal;
   if (!portal || !portal.table) return;
-  var table = portal.table("bans", "/api/frag/bans");
+  var table = portal.table("bans", "/api/frag/bans", { gone: "ended" });
   if (!table) return;
 
   var dialogElement = document.getElementById("ban-dialog");
@@ -37,6 +37,12 @@
   function syncPermanent() { duration.disabled = permanent.checked; }
   permanent.addEventListener("change", syncPermanent);
 
+  // The whole minutes a ban has left, rounded up: what changing it starts from.
+  function minutesLeft(until) {
+    var left = until - (portal.serverNow ? portal.serverNow() : Date.now());
+    return left > 0 ? Math.ceil(left / 60000) : 60;
+  }
+
   function open(editing) {
     showProblem("");
     if (editing) {
@@ -45,7 +51,7 @@
       client.value = editing.client;
       client.readOnly = true;
       permanent.checked = editing.permanent === "true";
-      duration.value = editing.permanent === "true" ? "1h" : (editing.minutes || "60") + "m";
+      duration.value = editing.permanent === "true" ? "1h" : minutesLeft(editing.until) + "m";
     } else {
       title.textContent = "Ban a client";
       submit.textContent = "Ban";
@@ -95,27 +101,17 @@
     window.setTimeout(function () { duration.focus(); }, 200);
   };
 
-  // Lifting a ban asks for a second click on the same button within a few seconds.
+  // Lifting a ban takes a second click on the same button (the table asks for it).
   table.element.addEventListener("click", function (event) {
     var button = event.target.closest("[data-action]");
-    if (!button) return;
+    if (!button || button.disabled) return;
     if (button.dataset.action === "edit") {
-      open({ client: button.dataset.client, permanent: button.dataset.permanent, minutes: button.dataset.minutes });
+      open({ client: button.dataset.client, permanent: button.dataset.permanent, until: Number(button.dataset.until) });
       return;
     }
     if (button.dataset.action !== "unban") return;
-    if (!button.classList.contains("confirming")) {
-      button.classList.add("confirming", "btn-success");
-      button.classList.remove("btn-outline-success");
-      button.textContent = "Lift?";
-      window.setTimeout(function () {
-        button.classList.remove("confirming", "btn-success");
-        button.classList.add("btn-outline-success");
-        button.innerHTML = '<i class="bi bi-unlock"></i>';
-      }, 4000);
-      return;
-    }
     var target = button.dataset.client;
+    button.disabled = true;
     portal.sendJSON("DELETE", "/api/bans?client=" + encodeURIComponent(target)).then(function (answer) {
       if (answer.ok) portal.toast("Lifted the ban on " + target);
       else portal.toast(answer.body.error || "could not lift the ban", true);
@@ -123,5 +119,5 @@
     });
   });
 
-  portal.tab("bans", { refresh: table.refresh });
+  portal.tab("bans", { refresh: table.refresh, shown: table.shown });
 })();

@@ -1,15 +1,16 @@
 // The Queue tab: the front of the line, moving a visitor to the front, removing one (and
-// banning its address). Removing takes a second click on the same button.
+// banning its address). Removing takes a second click on the same button (the table asks for
+// it), even if the visitor's row changed in between.
 (function () {
   "use strict";
   var portal = window.ConcertPortal;
   if (!portal || !portal.table) return;
-  var table = portal.table("queue", "/api/frag/queue");
+  var table = portal.table("queue", "/api/frag/queue", { gone: "left the line" });
   if (!table) return;
 
   table.element.addEventListener("click", function (event) {
     var button = event.target.closest("[data-action]");
-    if (!button) return;
+    if (!button || button.disabled) return;
     if (button.dataset.action === "promote") {
       button.disabled = true;
       portal.sendJSON("POST", "/api/queue/promote", { id: button.dataset.id }).then(function (answer) {
@@ -18,16 +19,6 @@
         table.reload();
       });
     } else if (button.dataset.action === "kick" || button.dataset.action === "kick-ban") {
-      if (!button.classList.contains("confirming")) {
-        var icon = button.innerHTML;
-        button.classList.add("confirming");
-        button.textContent = button.dataset.action === "kick" ? "Remove?" : "Remove and ban?";
-        window.setTimeout(function () {
-          button.classList.remove("confirming");
-          button.innerHTML = icon;
-        }, 4000);
-        return;
-      }
       var ban = button.dataset.action === "kick-ban";
       button.disabled = true;
       portal.sendJSON("POST", "/api/queue/kick", { id: button.dataset.id, ban: ban }).then(function (answer) {
@@ -38,5 +29,5 @@
     }
   });
 
-  portal.tab("queue", { refresh: table.refresh });
+  portal.tab("queue", { refresh: table.refresh, shown: table.shown });
 })();

@@ -23,5 +23,5 @@
     if (portal.isActive("visitors")) table.reload();
   });
 
-  portal.tab("visitors", { refresh: table.refresh });
+  portal.tab("visitors", { refresh: table.refresh, shown: table.shown });
 })();

@@ -192,6 +192,18 @@
     return { element: element, kind: kind, plot: new uPlot(options, chartData(kind), element) };
   }
 
+  // How many points each chart holds per line, by chart: what an operator (or a test) can
+  // check the charts were given.
+  window.ConcertPortal.chartPoints = function () {
+    var points = {};
+    charts.forEach(function (chart) {
+      points[chart.kind] = chart.plot.data.slice(1).map(function (line) {
+        return line.filter(function (value) { return value !== null && value !== undefined; }).length;
+      });
+    });
+    return points;
+  };
+
   function redrawCharts() {
     charts.forEach(function (chart) { chart.plot.destroy(); chart.element.textContent = ""; });
     charts = [];
