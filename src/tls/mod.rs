@@ -1,7 +1,9 @@
-//! Concert's own TLS: the two seams between whatever obtains certificates and whatever serves
-//! them.
+//! Concert's own TLS: certificates obtained and renewed over ACME ([`acme`]), and the two seams
+//! between whatever obtains certificates and whatever serves them.
 
 use std::sync::Arc;
+
+pub mod acme;
 
 pub trait ChallengeAnswers: Send + Sync + 'static {
     /// The key authorization to answer at /.well-known/acme-challenge/<token> (HTTP-01).
