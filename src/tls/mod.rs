@@ -10,6 +10,7 @@
 //! [`CertStore::install`] and answers challenges through [`ChallengeAnswers`], set with
 //! [`Tls::set_answers`].
 
+pub mod acme;
 pub mod http_port;
 pub mod pair;
 pub mod store;
@@ -45,6 +46,11 @@ pub trait ChallengeAnswers: Send + Sync + 'static {
     fn http01(&self, token: &str) -> Option<String>;
     /// The acme-tls/1 certificate for `name` (TLS-ALPN-01), while a validation is pending.
     fn tls_alpn01(&self, name: &str) -> Option<Arc<rustls::sign::CertifiedKey>>;
+}
+
+/// Where certificates obtained at run time go.
+pub trait CertificateSink: Send + Sync + 'static {
+    fn install(&self, name: &str, certified: Arc<rustls::sign::CertifiedKey>);
 }
 
 /// The answers source as it is swapped in and out (a sized holder for the trait object).
