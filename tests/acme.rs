@@ -22,7 +22,8 @@ fn settings(lab: &Lab, names: &[&str], challenge: ChallengePreference) -> AcmeSe
         lab.cache_dir(),
     );
     settings.directory_url = lab.pebble.directory_url.clone();
-    settings.directory_roots = Some(lab.pebble.listener_root.clone());
+    settings.directory_roots =
+        concert::tls::read_roots(&lab.pebble.listener_root.to_string_lossy()).unwrap();
     settings.email = "ops@concert.test".to_string();
     settings.challenge = challenge;
     // Pebble turns down a few nonces and validations on purpose; retry soon.

@@ -337,6 +337,8 @@ async fn plain_get(
 async fn names_stay_pending_until_installed_then_sni_picks_each_ones_certificate() {
     let origin = origins::fast_origin();
     let ca = TestCa::new();
+    let cache = tempfile::tempdir().unwrap();
+    let cache = cache.path().display().to_string();
     let running = concert(&[
         "-upstream",
         &origin.url(),
@@ -344,6 +346,11 @@ async fn names_stay_pending_until_installed_then_sni_picks_each_ones_certificate
         "a.test,b.test",
         "-http-listen",
         "127.0.0.1:0",
+        "-tls-cache",
+        &cache,
+        // A CA that never answers: the certificates here are installed by hand.
+        "-tls-directory",
+        &format!("http://{}/directory", closed_port()),
     ])
     .await;
     let http = running.http_addr.expect("the plain port listens");
@@ -608,6 +615,10 @@ impl Binary {
         self.log.lock().unwrap().clone()
     }
 
+    fn still_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     fn hang_up(&self) {
         let status = Command::new("kill")
             .args(["-HUP", &self.child.id().to_string()])
@@ -778,26 +789,62 @@ fn a_pair_that_cannot_be_served_stops_the_start_naming_the_setting_and_file() {
     );
 }
 
+/// A loopback address nothing listens on (bound, then let go).
+fn closed_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// One plain HTTP/1.1 GET, answered whole (the connection is asked to close).
+fn get_blocking(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// A CA that cannot be reached at start ends nothing: the names stay pending, the plain port
+/// keeps answering, healthz says so, and every failed attempt is logged with its reason.
 #[test]
-fn tls_domains_start_pending_with_one_warning() {
-    let binary = Binary::start(&["-tls-domains", "a.test", "-http-listen", "127.0.0.1:0"]);
-    let warned = (0..100).any(|_| {
+fn an_unreachable_ca_leaves_the_names_pending_and_concert_serving() {
+    let cache = tempfile::tempdir().unwrap();
+    let http_port = closed_port();
+    let mut binary = Binary::start(&[
+        "-tls-domains",
+        "a.test",
+        "-http-listen",
+        &http_port.to_string(),
+        "-tls-cache",
+        &cache.path().display().to_string(),
+        "-tls-directory",
+        &format!("http://{}/directory", closed_port()),
+    ]);
+    let tried = (0..200).any(|_| {
         std::thread::sleep(Duration::from_millis(50));
-        binary
-            .log()
-            .contains("certificates are not being requested")
+        binary.log().contains("a.test") && binary.log().contains("refused")
     });
-    assert!(warned, "{}", binary.log());
+    assert!(tried, "{}", binary.log());
+    let answer = get_blocking(http_port, "/_room/healthz");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nok\ntls: pending"), "{answer}");
+    let log = binary.log();
+    assert!(binary.still_running(), "{log}");
+    let modes = std::fs::metadata(cache.path()).unwrap().permissions();
     assert_eq!(
-        binary
-            .log()
-            .matches("certificates are not being requested")
-            .count(),
-        1,
-        "{}",
-        binary.log()
+        std::os::unix::fs::PermissionsExt::mode(&modes) & 0o777,
+        0o700
     );
-    assert!(binary.log().contains("pending"), "{}", binary.log());
 }
 
 /// A signed-in portal operator, for changing settings as an operator does.
@@ -812,13 +859,7 @@ const PASS: &str = "a portal pass for https changes";
 async fn sign_in(portal: SocketAddr) -> Operator {
     let base = format!("http://{portal}");
     let client = plain_client();
-    let signed_in = client
-        .post(format!("{base}/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("pass={}", PASS.replace(' ', "+")))
-        .send()
-        .await
-        .unwrap();
+    let signed_in = support::portal_sign_in(&client, &base, PASS).await;
     assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
     let cookie = set_cookies(&signed_in, "concert_portal")[0]
         .trim_start_matches("concert_portal=")

@@ -30,6 +30,7 @@ pub use table::{SETTINGS, SettingDef, setting};
 
 use flags::FlagParse;
 use value::TextOrigin;
+pub(crate) use value::check_acme_directory;
 
 /// Default data directory.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/concert/data";

@@ -367,7 +367,7 @@ fn check_cookie_attribute(text: &str) -> Result<(), String> {
 
 /// An ACME directory URL: https, or plain http only to a loopback host, where nothing on the
 /// network can read or change the exchange (a test CA beside Concert).
-pub(super) fn check_acme_directory(text: &str) -> Result<(), String> {
+pub(crate) fn check_acme_directory(text: &str) -> Result<(), String> {
     const FORM: &str = "must be an https:// URL, or http:// with a loopback host";
     if text.is_empty() {
         return Ok(());

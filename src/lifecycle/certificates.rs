@@ -1,10 +1,12 @@
 //! Keeping the served certificates current: the static pairs' files watched for changes, and
-//! the place where certificates for `-tls-domains` are requested.
+//! the ACME engine that requests certificates for `-tls-domains`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::app::App;
+use crate::tls::CertificateSink;
+use crate::tls::acme::Acme;
 
 /// How often the certificate files are looked at: two `stat` calls per pair, so a renewed
 /// certificate is served within seconds of landing on disk.
@@ -28,33 +30,44 @@ pub(super) fn spawn_file_watch(app: &Arc<App>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// ACME ENGINE: the one place where certificates for `-tls-domains` are requested.
-///
-/// An ACME engine is started here whenever the settings ask for one (`-tls-domains` set, at
-/// start or by a live change): it receives `app.tls.store()` as the sink for the certificates
-/// it obtains (`CertStore::install`, once per name) and gives back its `ChallengeAnswers`,
-/// set with `app.tls.set_answers`. Each new value on the channel (the domains, e-mail,
-/// directory, its roots or the cache changed) restarts it; `None` stops it and clears the
-/// answers.
-///
-/// Until an engine is joined here, the names stay pending: the public listener speaks TLS,
-/// handshakes for these names fail cleanly, `/_room/healthz` says `tls: pending`, and one
-/// warning says that no certificates are being requested.
+/// Runs the ACME engine while `-tls-domains` asks for one: started at start and restarted
+/// with every change of what it is asked to do (the domains, e-mail, directory, its roots or the
+/// cache), stopped when HTTPS no longer needs it. It installs the certificates it obtains into
+/// the public listener's store, and its challenge answers are what the listeners give the CA.
 pub(super) fn spawn_certificate_requests(app: &Arc<App>) -> tokio::task::JoinHandle<()> {
     let mut changes = app.tls.acme_settings();
     let tls = Arc::clone(&app.tls);
     tokio::spawn(async move {
+        let mut running: Option<Arc<Acme>> = None;
         loop {
             let settings = changes.borrow_and_update().clone();
+            if let Some(engine) = running.take() {
+                engine.stop();
+            }
             match settings {
-                Some(settings) => tracing::warn!(
-                    domains = %settings.domains.join(","),
-                    directory = %settings.directory,
-                    "-tls-domains is set, but no ACME client is built in: certificates are not being requested, so TLS handshakes for these names fail until one is installed"
-                ),
+                Some(settings) => {
+                    let domains = settings.domains.join(",");
+                    let sink: Arc<dyn CertificateSink> = tls.store().clone();
+                    match Acme::start(settings, sink) {
+                        Ok(engine) => {
+                            tls.set_answers(Some(engine.answers()));
+                            tracing::info!(%domains, "requesting certificates over ACME");
+                            running = Some(engine);
+                        }
+                        // The same checks ran when the settings were accepted; this is the
+                        // cache directory gone or changed since.
+                        Err(error) => {
+                            tls.set_answers(None);
+                            tracing::error!(%domains, "certificates cannot be requested: {error}");
+                        }
+                    }
+                }
                 None => tls.set_answers(None),
             }
             if changes.changed().await.is_err() {
+                if let Some(engine) = running.take() {
+                    engine.stop();
+                }
                 return;
             }
         }

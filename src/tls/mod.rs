@@ -1,14 +1,14 @@
 //! Concert's own HTTPS: the rustls server configuration (ring, TLS 1.2 and 1.3, ALPN `h2` and
 //! `http/1.1`), the certificates it serves ([`store`]: a static pair from PEM files, or
-//! certificates obtained at run time for `-tls-domains`), and what an ACME engine plugs into.
+//! certificates obtained at run time for `-tls-domains` by the ACME engine in [`acme`]).
 //!
 //! [`Tls`] is the listener's state. It says whether the public listener speaks TLS now (a live
 //! setting: the accept loop asks for every new connection), holds the certificate store and the
-//! source of ACME challenge answers, and publishes what an ACME engine should do
-//! ([`AcmeSettings`]) whenever the settings change. The engine itself is started in
-//! `lifecycle` (see `spawn_certificate_requests` there): it installs what it obtains with
-//! [`CertStore::install`] and answers challenges through [`ChallengeAnswers`], set with
-//! [`Tls::set_answers`].
+//! source of ACME challenge answers, and publishes what the ACME engine should do
+//! ([`AcmeSettings`]) whenever the settings change. `lifecycle` starts the engine (see
+//! `spawn_certificate_requests` there): it installs what it obtains through
+//! [`CertificateSink`] (the store) and answers challenges through [`ChallengeAnswers`], set
+//! with [`Tls::set_answers`].
 
 pub mod acme;
 pub mod http_port;
@@ -26,6 +26,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::sign::CertifiedKey;
 
 use crate::config::Config;
+use acme::{AcmeSettings, ChallengePreference, LETS_ENCRYPT, LETS_ENCRYPT_STAGING};
 use pair::{PairFiles, PairFlags, StaticPair, load_pair};
 use store::{Reloaded, Resolver};
 
@@ -33,10 +34,6 @@ pub use store::CertStore;
 
 /// The ALPN protocol of TLS-ALPN-01 validations (RFC 8737).
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
-/// Let's Encrypt's production directory, used when `-tls-directory` is empty.
-pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
-/// Let's Encrypt's staging directory (`-tls-staging`).
-pub const LETS_ENCRYPT_STAGING: &str = "https://acme-staging-v02.api.letsencrypt.org/directory";
 /// Where HTTP-01 challenges are asked for.
 pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
 
@@ -53,24 +50,14 @@ pub trait CertificateSink: Send + Sync + 'static {
     fn install(&self, name: &str, certified: Arc<rustls::sign::CertifiedKey>);
 }
 
+impl CertificateSink for CertStore {
+    fn install(&self, name: &str, certified: Arc<CertifiedKey>) {
+        CertStore::install(self, name, certified);
+    }
+}
+
 /// The answers source as it is swapped in and out (a sized holder for the trait object).
 pub(crate) struct AnswerSource(Arc<dyn ChallengeAnswers>);
-
-/// What an ACME engine is asked to do: get and renew certificates for `domains`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AcmeSettings {
-    /// Lower-case host names, in the order given.
-    pub domains: Vec<String>,
-    /// Contact address for the account; empty for none.
-    pub email: String,
-    /// Where the account key and certificates are kept.
-    pub cache: PathBuf,
-    /// The directory URL: `-tls-directory`, else Let's Encrypt (staging with `-tls-staging`).
-    pub directory: String,
-    /// Root certificates trusted for the directory's own HTTPS besides the system's ones
-    /// (`-tls-directory-ca`).
-    pub directory_roots: Vec<CertificateDer<'static>>,
-}
 
 /// Whether the public listener speaks TLS, as `/_room/stats` and `/_room/healthz` say it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,14 +232,30 @@ impl Tls {
                 format!("{} {path}: {reason}", config.name_of("tls_directory_ca"))
             })?,
         };
+        let mut settings = AcmeSettings::new(
+            config.tls_domains.hosts().to_vec(),
+            PathBuf::from(config.tls_cache.trim()),
+        );
+        settings.email = config.tls_email.trim().to_string();
+        settings.directory_url = directory;
+        settings.directory_roots = directory_roots;
+        settings.challenge = challenge_for(config);
+        // The engine's own checks, the cache directory made if missing: a setting it would
+        // refuse stops the start or the change here, naming the setting.
+        acme::prepare(&settings).map_err(|error| match error {
+            acme::AcmeError::Cache { .. } => {
+                format!("{}: {error}", config.name_of("tls_cache"))
+            }
+            acme::AcmeError::DirectoryUrl { .. } => {
+                format!("{}: {error}", config.name_of("tls_directory"))
+            }
+            acme::AcmeError::DirectoryRoots(_) => {
+                format!("{}: {error}", config.name_of("tls_directory_ca"))
+            }
+            _ => format!("{}: {error}", config.name_of("tls_domains")),
+        })?;
         Ok(TlsPlan {
-            mode: Mode::Acme(AcmeSettings {
-                domains: config.tls_domains.hosts().to_vec(),
-                email: config.tls_email.trim().to_string(),
-                cache: PathBuf::from(config.tls_cache.trim()),
-                directory,
-                directory_roots,
-            }),
+            mode: Mode::Acme(settings),
         })
     }
 
@@ -360,7 +363,20 @@ impl Tls {
     }
 }
 
-/// Root certificates from a PEM file (`-tls-directory-ca`).
+/// Which ACME challenge to answer: TLS-ALPN-01 reaches Concert when its TLS port is 443 (the
+/// CA always connects to 443); otherwise, with a plain-HTTP listener, HTTP-01 (the CA connects
+/// to port 80, which that listener is for). With neither, TLS-ALPN-01, for a port forwarded from
+/// 443; the engine falls back to the other kind when the CA does not offer the chosen one.
+fn challenge_for(config: &Config) -> ChallengePreference {
+    let listens_on_443 = config.listen.rsplit(':').next() == Some("443");
+    if !listens_on_443 && !config.http_listen.trim().is_empty() {
+        ChallengePreference::Http01
+    } else {
+        ChallengePreference::TlsAlpn01
+    }
+}
+
+/// Reads a PEM file of root certificates (`-tls-directory-ca`).
 pub fn read_roots(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     let pem = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
     pair::parse_chain(&pem)

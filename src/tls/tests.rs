@@ -53,9 +53,12 @@ fn with_pair(dir: &std::path::Path, pair: &Made, stem: &str) -> Config {
     config
 }
 
-fn with_domains(domains: &str) -> Config {
+/// A config asking for certificates for `domains`, cached in `cache` (preparing it makes the
+/// directory, so never the default under /var/lib).
+fn with_domains(domains: &str, cache: &std::path::Path) -> Config {
     let mut config = Config::default();
     config.tls_domains = HostList::parse_strict(domains).unwrap();
+    config.tls_cache = cache.display().to_string();
     config
 }
 
@@ -152,16 +155,25 @@ async fn a_static_pair_serves_every_name_and_clients_without_sni() {
 #[tokio::test]
 async fn pending_names_fail_their_handshakes_until_installed_and_sni_picks_among_them() {
     let tls = Tls::new().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let cache = cache.path().join("acme");
     let mut acme = tls.acme_settings();
-    tls.apply(tls.prepare(&with_domains("a.example,b.example")).unwrap());
+    tls.apply(
+        tls.prepare(&with_domains("a.example,b.example", &cache))
+            .unwrap(),
+    );
     assert_eq!(tls.status(), TlsStatus::Pending);
     let wanted = acme
         .borrow_and_update()
         .clone()
         .expect("an ACME engine is asked for");
     assert_eq!(wanted.domains, ["a.example", "b.example"]);
-    assert_eq!(wanted.directory, LETS_ENCRYPT);
-    assert_eq!(wanted.cache, std::path::Path::new("/var/lib/concert/acme"));
+    assert_eq!(wanted.directory_url, LETS_ENCRYPT);
+    assert_eq!(wanted.cache_dir, cache);
+    assert!(
+        cache.is_dir(),
+        "the cache is made when the settings are prepared"
+    );
 
     let server = tls.acceptor().expect("TLS on while pending");
     let a = made(&["a.example"]);
@@ -187,14 +199,17 @@ async fn pending_names_fail_their_handshakes_until_installed_and_sni_picks_among
     );
 
     // The same settings again publish nothing new; another directory does.
-    tls.apply(tls.prepare(&with_domains("a.example,b.example")).unwrap());
+    tls.apply(
+        tls.prepare(&with_domains("a.example,b.example", &cache))
+            .unwrap(),
+    );
     assert!(!acme.has_changed().unwrap());
-    let mut staging = with_domains("a.example");
+    let mut staging = with_domains("a.example", &cache);
     staging.tls_staging = true;
     tls.apply(tls.prepare(&staging).unwrap());
     assert!(acme.has_changed().unwrap());
     assert_eq!(
-        acme.borrow_and_update().as_ref().unwrap().directory,
+        acme.borrow_and_update().as_ref().unwrap().directory_url,
         LETS_ENCRYPT_STAGING
     );
     tls.apply(tls.prepare(&Config::default()).unwrap());
@@ -293,7 +308,7 @@ fn preparing_reads_the_files_and_names_the_setting_on_failure() {
     );
     assert_eq!(tls.status(), TlsStatus::Off, "nothing applied");
 
-    let mut config = with_domains("a.example");
+    let mut config = with_domains("a.example", &dir.path().join("acme"));
     config.tls_directory_ca = dir.path().join("roots.pem").display().to_string();
     let err = tls.prepare(&config).unwrap_err();
     assert!(
@@ -308,8 +323,34 @@ fn preparing_reads_the_files_and_names_the_setting_on_failure() {
     else {
         panic!("an ACME plan");
     };
-    assert_eq!(settings.directory, "https://ca.test/dir");
+    assert_eq!(settings.directory_url, "https://ca.test/dir");
     assert_eq!(settings.directory_roots, [site.der]);
+
+    // A cache the engine could not use stops the start or the change, naming the setting.
+    let not_a_dir = dir.path().join("a-file");
+    std::fs::write(&not_a_dir, "x").unwrap();
+    let mut config = with_domains("a.example", &not_a_dir);
+    let err = tls.prepare(&config).unwrap_err();
+    assert!(err.starts_with("-tls-cache: "), "{err}");
+    config.tls_cache = not_a_dir.join("below").display().to_string();
+    assert!(
+        tls.prepare(&config)
+            .unwrap_err()
+            .starts_with("-tls-cache: ")
+    );
+}
+
+#[test]
+fn the_challenge_kind_follows_the_ports_the_ca_can_reach() {
+    let mut config = Config::default();
+    config.listen = ":443".into();
+    assert_eq!(challenge_for(&config), ChallengePreference::TlsAlpn01);
+    config.http_listen = ":80".into();
+    assert_eq!(challenge_for(&config), ChallengePreference::TlsAlpn01);
+    config.listen = ":8443".into();
+    assert_eq!(challenge_for(&config), ChallengePreference::Http01);
+    config.http_listen = String::new();
+    assert_eq!(challenge_for(&config), ChallengePreference::TlsAlpn01);
 }
 
 /// Writes `text` to `path` with a modification time of its own: two writes within one tick of

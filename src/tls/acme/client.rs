@@ -2,7 +2,6 @@
 //! Concert, trusting the bundled web roots plus any the operator adds for a private CA.
 
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +15,6 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use instant_acme::{BodyWrapper, BytesResponse, HttpClient};
 use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 /// A CA that does not answer within this is treated as unreachable for this attempt.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,23 +28,19 @@ pub(crate) struct AcmeHttp {
 }
 
 impl AcmeHttp {
-    /// `extra_roots` is a PEM file of further CA certificates trusted for the directory's HTTPS.
-    pub(crate) fn new(extra_roots: Option<&Path>) -> Result<AcmeHttp, String> {
+    /// `extra_roots` are further CA certificates trusted for the directory's HTTPS;
+    /// `plain_allowed` lets requests go over plain HTTP, for a directory on loopback.
+    pub(crate) fn new(
+        extra_roots: &[CertificateDer<'static>],
+        plain_allowed: bool,
+    ) -> Result<AcmeHttp, String> {
         let mut roots = RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         };
-        if let Some(path) = extra_roots {
-            let certificates = CertificateDer::pem_file_iter(path)
-                .and_then(|certificates| certificates.collect::<Result<Vec<_>, _>>())
-                .map_err(|error| format!("{}: {error}", path.display()))?;
-            if certificates.is_empty() {
-                return Err(format!("{}: no certificate in the file", path.display()));
-            }
-            for certificate in certificates {
-                roots
-                    .add(certificate)
-                    .map_err(|error| format!("{}: {error}", path.display()))?;
-            }
+        for certificate in extra_roots {
+            roots
+                .add(certificate.clone())
+                .map_err(|error| format!("an extra root is not usable: {error}"))?;
         }
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
@@ -58,12 +52,13 @@ impl AcmeHttp {
         let mut tcp = HttpConnector::new();
         tcp.enforce_http(false);
         tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_only()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(tcp);
+        let builder = HttpsConnectorBuilder::new().with_tls_config(tls);
+        let builder = if plain_allowed {
+            builder.https_or_http()
+        } else {
+            builder.https_only()
+        };
+        let connector = builder.enable_http1().enable_http2().wrap_connector(tcp);
         let inner = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_timer(TokioTimer::new())

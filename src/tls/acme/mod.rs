@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
-use rustls::pki_types::DnsName;
+use rustls::pki_types::{CertificateDer, DnsName};
 use tokio_util::sync::CancellationToken;
 
 use crate::tls::{CertificateSink, ChallengeAnswers};
@@ -45,7 +45,7 @@ pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
 pub const LETS_ENCRYPT_STAGING: &str = "https://acme-staging-v02.api.letsencrypt.org/directory";
 
 /// What the engine needs to know; the caller builds it from Concert's settings.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AcmeSettings {
     /// One certificate is kept for each name.
     pub domains: Vec<String>,
@@ -54,8 +54,9 @@ pub struct AcmeSettings {
     /// Created if missing (0700); holds the account key and the certificates (0600).
     pub cache_dir: PathBuf,
     pub directory_url: String,
-    /// A PEM file of extra roots trusted for the directory's own HTTPS (a private CA).
-    pub directory_roots: Option<PathBuf>,
+    /// Extra roots trusted for the directory's own HTTPS (a private CA), besides the bundled
+    /// web roots.
+    pub directory_roots: Vec<CertificateDer<'static>>,
     pub challenge: ChallengePreference,
     pub retry: Backoff,
     /// The longest the engine sleeps between two looks at its certificates.
@@ -70,7 +71,7 @@ impl AcmeSettings {
             email: String::new(),
             cache_dir,
             directory_url: LETS_ENCRYPT.to_string(),
-            directory_roots: None,
+            directory_roots: Vec::new(),
             challenge: ChallengePreference::TlsAlpn01,
             retry: Backoff::default(),
             check_every: Duration::from_secs(60 * 60),
@@ -192,11 +193,7 @@ impl Acme {
         sink: Arc<dyn CertificateSink>,
     ) -> Result<Arc<Acme>, AcmeError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| AcmeError::NoRuntime)?;
-        let names = normalize_names(&settings.domains)?;
-        check_directory_url(&settings.directory_url)?;
-        let http = client::AcmeHttp::new(settings.directory_roots.as_deref())
-            .map_err(AcmeError::DirectoryRoots)?;
-        let cache = cache::CaCache::open(&settings.cache_dir, &settings.directory_url)?;
+        let (names, http, cache) = check(&settings)?;
         let answers = Arc::new(challenge::Answers::default());
         let status = Arc::new(Mutex::new(BTreeMap::new()));
         let engine = engine::Engine::new(
@@ -242,6 +239,25 @@ impl Drop for Acme {
     }
 }
 
+/// Checks `settings` as [`Acme::start`] would, without starting anything: the names, the
+/// directory URL, the roots, and the cache directory (created when missing). A settings change
+/// runs this first, so one the engine would refuse is refused before anything is applied.
+pub fn prepare(settings: &AcmeSettings) -> Result<(), AcmeError> {
+    check(settings).map(|_| ())
+}
+
+fn check(
+    settings: &AcmeSettings,
+) -> Result<(Vec<String>, client::AcmeHttp, cache::CaCache), AcmeError> {
+    let names = normalize_names(&settings.domains)?;
+    check_directory_url(&settings.directory_url)?;
+    let plain_allowed = settings.directory_url.starts_with("http://");
+    let http = client::AcmeHttp::new(&settings.directory_roots, plain_allowed)
+        .map_err(AcmeError::DirectoryRoots)?;
+    let cache = cache::CaCache::open(&settings.cache_dir, &settings.directory_url)?;
+    Ok((names, http, cache))
+}
+
 /// Lower case, without a trailing dot, each once. Wildcards are refused: they need DNS-01.
 fn normalize_names(domains: &[String]) -> Result<Vec<String>, AcmeError> {
     let mut names: Vec<String> = Vec::with_capacity(domains.len());
@@ -266,16 +282,12 @@ fn normalize_names(domains: &[String]) -> Result<Vec<String>, AcmeError> {
 }
 
 fn check_directory_url(url: &str) -> Result<(), AcmeError> {
-    let fault = |reason: &str| AcmeError::DirectoryUrl {
+    let fault = |reason: String| AcmeError::DirectoryUrl {
         url: url.to_string(),
-        reason: reason.to_string(),
+        reason,
     };
-    let uri: http::Uri = url.parse().map_err(|_| fault("not a URL"))?;
-    if uri.scheme_str() != Some("https") {
-        return Err(fault("must be an https:// URL"));
+    if url.is_empty() {
+        return Err(fault("is empty".to_string()));
     }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(fault("has no host"));
-    }
-    Ok(())
+    crate::config::check_acme_directory(url).map_err(fault)
 }

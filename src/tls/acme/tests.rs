@@ -341,11 +341,16 @@ fn names_are_normalized_and_bad_ones_refused() {
 }
 
 #[test]
-fn the_directory_must_be_an_https_url() {
+fn the_directory_must_be_an_https_url_or_plain_on_loopback() {
     assert!(check_directory_url(LETS_ENCRYPT).is_ok());
     assert!(check_directory_url("https://127.0.0.1:14000/dir").is_ok());
+    assert!(check_directory_url("http://127.0.0.1:14000/dir").is_ok());
+    assert!(check_directory_url("http://[::1]:14000/dir").is_ok());
+    assert!(check_directory_url("http://localhost:14000/dir").is_ok());
     for bad in [
         "http://ca.example.com/dir",
+        "http://10.0.0.1/dir",
+        "ftp://127.0.0.1/dir",
         "ca.example.com",
         "",
         "https:///dir",
