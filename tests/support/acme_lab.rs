@@ -80,6 +80,29 @@ impl Lab {
     }
 }
 
+/// Pebble alone, for a Concert that answers the challenges itself: pebble validates against
+/// `http_port` and `tls_port` on 127.0.0.1, every name resolved there by a DNS responder.
+pub struct CaOnly {
+    pub temp: tempfile::TempDir,
+    pub pebble: Pebble,
+    dns: JoinHandle<()>,
+}
+
+impl Drop for CaOnly {
+    fn drop(&mut self) {
+        self.dns.abort();
+    }
+}
+
+impl CaOnly {
+    pub async fn start(http_port: u16, tls_port: u16, validity: Option<Duration>) -> CaOnly {
+        let temp = tempfile::tempdir().unwrap();
+        let (dns_addr, dns) = dns_responder().await;
+        let pebble = Pebble::start(temp.path(), dns_addr, http_port, tls_port, validity).await;
+        CaOnly { temp, pebble, dns }
+    }
+}
+
 pub struct Pebble {
     child: Option<Child>,
     pub directory_url: String,

@@ -103,6 +103,10 @@ pub(crate) async fn obtain(
             .set_ready()
             .await
             .map_err(|error| format!("{}: {}", challenge_label(&kind), describe(&error)))?;
+        tracing::info!(
+            "acme: {name}: the CA validates over {}",
+            challenge_label(&kind)
+        );
         used.push(kind);
     }
 
