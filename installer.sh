@@ -402,6 +402,13 @@ $(setting_line CONCERT_CAPACITY "$OPT_CAP" "$DEFAULT_CAP")
 #CONCERT_PORTAL_LISTEN=$DEFAULT_PORTAL_LISTEN
 # Data directory, inside the unit's StateDirectory.
 #CONCERT_DATA_DIR=$DEFAULT_DATA_DIR
+# HTTPS on the main listener (then usually CONCERT_LISTEN=:443): a certificate you have, as PEM
+# files the service can read (under $ETC_DIR, e.g. $ETC_DIR/tls/site.pem with its chain and
+# $ETC_DIR/tls/site.key), reloaded with systemctl reload concert; and a plain-HTTP port
+# that redirects to it. Rerun the installer after setting a port.
+#CONCERT_TLS_CERT=
+#CONCERT_TLS_KEY=
+#CONCERT_HTTP_LISTEN=
 EOF
   if [ "$WANT_IPASN" = 1 ]; then
     cat <<EOF
@@ -499,6 +506,12 @@ portal_enabled() {
 listen_ports() {
   listen_port "$(effective CONCERT_LISTEN "$DEFAULT_LISTEN")"
   printf '\n'
+  local http
+  http=$(effective CONCERT_HTTP_LISTEN "")
+  if [ -n "$http" ]; then
+    listen_port "$http"
+    printf '\n'
+  fi
   if portal_enabled; then
     listen_port "$(effective CONCERT_PORTAL_LISTEN "$DEFAULT_PORTAL_LISTEN")"
     printf '\n'
@@ -508,8 +521,7 @@ listen_ports() {
 connect_ports() {
   url_port "$(effective CONCERT_UPSTREAM "$DEFAULT_UPSTREAM")"
   printf '\n'
-  # Fetching certificates automatically needs HTTPS out. This version does not do it, and
-  # refuses to start with CONCERT_TLS_DOMAINS set.
+  # Certificates for CONCERT_TLS_DOMAINS come from an ACME service over HTTPS.
   if [ -n "$(effective CONCERT_TLS_DOMAINS "")" ]; then
     printf '443\n'
   fi
@@ -730,17 +742,28 @@ verify_service() {
       *) warn "concert runs as '${label:-unknown}', not in the concert_t domain" ;;
     esac
   fi
-  addr=$(effective CONCERT_LISTEN "$DEFAULT_LISTEN")
+  # With HTTPS on, the plain-HTTP port answers the health check even before a certificate is
+  # ready; without it, the HTTPS port is asked without checking its certificate (the name
+  # need not match a loopback address).
+  local scheme=http insecure=()
+  addr=$(effective CONCERT_HTTP_LISTEN "")
+  if [ -z "$addr" ]; then
+    addr=$(effective CONCERT_LISTEN "$DEFAULT_LISTEN")
+    if [ -n "$(effective CONCERT_TLS_CERT "")$(effective CONCERT_TLS_DOMAINS "")" ]; then
+      scheme=https
+      insecure=(--insecure)
+    fi
+  fi
   port=$(listen_port "$addr")
   host=$(listen_host "$addr")
   case "$host" in
     ""|0.0.0.0|::) host=127.0.0.1 ;;
     *:*) host="[$host]" ;;
   esac
-  if have curl && curl -fsS --max-time 5 -o /dev/null "http://$host:$port/_room/healthz"; then
+  if have curl && curl -fsS "${insecure[@]}" --max-time 5 -o /dev/null "$scheme://$host:$port/_room/healthz"; then
     say "$UNIT is running and answers on $host:$port"
   else
-    warn "$UNIT runs but http://$host:$port/_room/healthz did not answer yet"
+    warn "$UNIT runs but $scheme://$host:$port/_room/healthz did not answer yet"
   fi
 }
 

@@ -31,6 +31,7 @@ nginx_proxy_conf() {
                  proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } }"
 }
 
+# $5, when given, is appended to the bind line (TLS options).
 haproxy_conf() {
   cat >"$1" <<EOF
 global
@@ -45,7 +46,7 @@ defaults
   option forwardfor
   http-reuse always
 frontend fe
-  bind 127.0.0.1:$4
+  bind 127.0.0.1:$4${5:+ $5}
   default_backend be
 backend be
   server origin 127.0.0.1:$3
@@ -77,6 +78,25 @@ concert_bench_args() {
     -access-log=false -data-dir "" -workers "$3"
   local extra
   for extra in ${CONCERT_EXTRA_ARGS:-}; do printf '%s\n' "$extra"; done
+}
+
+# HTTPS in front of the same origin, for MODE=tls: nginx and HAProxy terminating TLS with the
+# certificate and key in $5 and $6 (PEM; HAProxy reads both from $6.haproxy). Same protocol
+# versions and key exchange as Concert: TLS 1.2 and 1.3, X25519 first.
+# $1 = file, $2 = workers, $3 = origin port, $4 = listening port.
+nginx_tls_proxy_conf() {
+  nginx_conf "$1" "$2" "upstream origin { server 127.0.0.1:$3; keepalive 256; }
+  server { listen 127.0.0.1:$4 ssl; ssl_certificate $5; ssl_certificate_key $6;
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_ecdh_curve X25519:prime256v1;
+    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\";
+                 proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+                 proxy_set_header X-Forwarded-Proto https; } }"
+}
+
+haproxy_tls_conf() {
+  cat "$5" "$6" >"$6.haproxy"
+  haproxy_conf "$1" "$2" "$3" "$4" "ssl crt $6.haproxy ssl-min-ver TLSv1.2 curves X25519:P-256"
+  printf '  http-request set-header X-Forwarded-Proto https\n' >>"$1"
 }
 
 # Waits for a listener on 127.0.0.1:$1, for up to $2 tries 50 ms apart (default 100: 5 s).
@@ -113,6 +133,12 @@ install_missing() {
   fi
 }
 
+# Where cargo puts what it builds: CARGO_TARGET_DIR when set (a checkout sharing one), else
+# target/.
+target_dir() {
+  printf '%s\n' "${CARGO_TARGET_DIR:-target}"
+}
+
 # Builds Concert as `make build` ships it (profile dist, profile-guided when scripts/pgo.sh can
 # make a profile, which PGO_INSTALL=1 lets it fetch llvm-tools for) and prints the binary's path.
 # PGO=0 measures the build without profile guidance.
@@ -122,13 +148,13 @@ build_shipped_concert() {
   if [ "${PGO:-1}" != 0 ] && profile=$(PGO_INSTALL=${PGO_INSTALL:-1} bash scripts/pgo.sh); then
     RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$PWD/$profile" \
       cargo build --profile dist --locked --quiet --bin concert --target "$host" >&2
-    warn_if_request_path_twice "target/$host/dist/concert"
-    printf 'target/%s/dist/concert\n' "$host"
+    warn_if_request_path_twice "$(target_dir)/$host/dist/concert"
+    printf '%s/%s/dist/concert\n' "$(target_dir)" "$host"
   else
     echo "Concert built without profile guidance" >&2
     cargo build --profile dist --locked --quiet --bin concert >&2
-    warn_if_request_path_twice target/dist/concert
-    printf 'target/dist/concert\n'
+    warn_if_request_path_twice "$(target_dir)/dist/concert"
+    printf '%s/dist/concert\n' "$(target_dir)"
   fi
 }
 

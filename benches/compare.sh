@@ -19,6 +19,11 @@
 #   OPEN_ROUNDS=5 OPEN_DURATION=8 bash benches/compare.sh # more and longer fixed-rate runs
 #   BODY=32768 bash benches/compare.sh  # the origin answers with a static file of that many
 #                                       # bytes (a page of real size) instead of a 2-byte body
+#   MODE=tls bash benches/compare.sh    # HTTPS: nginx, HAProxy and Concert each terminating TLS
+#                                       # (same ECDSA P-256 certificate, TLS 1.3, X25519) in front
+#                                       # of the same plain origin; handshakes/s with a new
+#                                       # connection per request (wrk -H 'Connection: close'),
+#                                       # and requests/s over kept-alive connections
 #
 # After the closed-loop table (wrk), page mode also measures latency open-loop: requests sent at a
 # fixed 50/80/95% of the best proxy's throughput by tools/loadgen.rs, which counts latency from
@@ -64,20 +69,26 @@ case $MODE in
   browser)
     # Long-lived, so the pass stays fresh for the whole run and is never re-signed.
     CONCERT_EXTRA=(-admit-ttl 1h) ;;
-  *) echo "MODE must be page, asset or browser" >&2; exit 2 ;;
+  tls) ;;
+  *) echo "MODE must be page, asset, browser or tls" >&2; exit 2 ;;
 esac
+SCHEME=http
+[ "$MODE" = tls ] && SCHEME=https
 WRK_HEADERS=()
 
-install_missing wrk:wrk nginx:nginx-light haproxy:haproxy
+install_missing wrk:wrk nginx:nginx-light haproxy:haproxy openssl:openssl
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 
 # Concert as `make build` ships it (profile dist, profile-guided); the helpers need no more
 # than release.
-CONCERT=$(build_shipped_concert)
+# CONCERT=path/to/binary measures another build instead.
+if [ -z "${CONCERT:-}" ]; then
+  CONCERT=$(build_shipped_concert)
+fi
 cargo build --release --locked --quiet --example loadgen --example relay
-LOADGEN=target/release/examples/loadgen
-RELAY=target/release/examples/relay
+LOADGEN=$(target_dir)/release/examples/loadgen
+RELAY=$(target_dir)/release/examples/relay
 
 use_workdir
 
@@ -109,13 +120,21 @@ start_origin() {
 
 # Servers started inside $(…) must not keep its output pipe open, or the substitution never ends.
 start_nginx() { # $1 = workers
-  nginx_proxy_conf "$work/nginx-$1.conf" "$1" "$ORIGIN_PORT" "$NGINX_PORT"
+  if [ "$MODE" = tls ]; then
+    nginx_tls_proxy_conf "$work/nginx-$1.conf" "$1" "$ORIGIN_PORT" "$NGINX_PORT" "$CERT" "$KEY"
+  else
+    nginx_proxy_conf "$work/nginx-$1.conf" "$1" "$ORIGIN_PORT" "$NGINX_PORT"
+  fi
   pin_proxy "$1" "$NGINX" -c "$work/nginx-$1.conf" -p "$work" >/dev/null &
   echo $!
 }
 
 start_haproxy() { # $1 = workers
-  haproxy_conf "$work/haproxy-$1.cfg" "$1" "$ORIGIN_PORT" "$HAPROXY_PORT"
+  if [ "$MODE" = tls ]; then
+    haproxy_tls_conf "$work/haproxy-$1.cfg" "$1" "$ORIGIN_PORT" "$HAPROXY_PORT" "$CERT" "$KEY"
+  else
+    haproxy_conf "$work/haproxy-$1.cfg" "$1" "$ORIGIN_PORT" "$HAPROXY_PORT"
+  fi
   pin_proxy "$1" "$HAPROXY" -f "$work/haproxy-$1.cfg" -db >/dev/null &
   echo $!
 }
@@ -171,7 +190,7 @@ measure() {
   local out user0 system0 user1 system1
   read -r user0 system0 < <(cpu_ticks "$2")
   out=$(pin_gen wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${WRK_HEADERS[@]}" \
-    "http://127.0.0.1:$1$BENCH_PATH" 2>&1)
+    "$SCHEME://127.0.0.1:$1$BENCH_PATH" 2>&1)
   read -r user1 system1 < <(cpu_ticks "$2")
   local rps p50 p99 errors requests
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
@@ -201,12 +220,84 @@ median() { sort -n | awk '{a[NR]=$1} END {if (NR==0) print "-"; else print a[int
 # The median of a space-separated list of numbers, as the tables collect them.
 median_of() { tr ' ' '\n' <<<"$1" | grep . | median; }
 
+if [ "$MODE" = tls ]; then
+  # One certificate for all three: ECDSA P-256, for 127.0.0.1.
+  CERT=$work/bench.pem
+  KEY=$work/bench.key
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout "$KEY" -out "$CERT" 2>/dev/null
+  CONCERT_EXTRA=(-tls-cert "$CERT" -tls-key "$KEY")
+fi
+
 start_origin
 wait_port "$ORIGIN_PORT"
 origin_answer="'return 200'"
 [ -n "$BODY" ] && origin_answer="a static $BODY-byte file"
 echo "fast origin: nginx $origin_answer on 127.0.0.1:$ORIGIN_PORT; wrk -t1 -c$CONNS, ${DURATION}s per run, $ROUNDS rounds; mode $MODE ($BENCH_PATH)"
 echo
+
+# What a TLS client negotiates with the proxy on port $1, in one line.
+negotiated() {
+  openssl s_client -connect "127.0.0.1:$1" -brief </dev/null 2>&1 |
+    awk -F': ' '/Protocol version|Ciphersuite|Server Temp Key|Peer signature type/ {printf "%s%s", sep, $2; sep=", "}'
+}
+
+# MODE=tls: for each proxy, a run over kept-alive connections and a run with a new connection
+# (and so a new handshake) per request, in interleaved rounds; medians.
+tls_rounds() { # $1 = workers
+  local workers=$1 target kind
+  declare -A rps=() p50=() p99=() user=() system=() errs=()
+  pid_n=$(start_nginx "$workers"); pids+=("$pid_n")
+  pid_h=$(start_haproxy "$workers"); pids+=("$pid_h")
+  pid_c=$(start_concert "$workers"); pids+=("$pid_c")
+  wait_port "$NGINX_PORT"; wait_port "$HAPROXY_PORT"; wait_port "$CONCERT_PORT"
+  declare -A pid_of=([N]=$pid_n [H]=$pid_h [C]=$pid_c)
+  for target in N H C; do
+    echo "${NAME_OF[$target]}: $(negotiated "${PORT_OF[$target]}")"
+    pin_gen wrk -t1 -c"$CONNS" -d1s "https://127.0.0.1:${PORT_OF[$target]}$BENCH_PATH" >/dev/null 2>&1
+  done
+  echo
+  tls_order=(N H C N H)
+  for round in $(seq 1 "$ROUNDS"); do
+    for target in "${tls_order[@]:$(((round - 1) % 3)):3}"; do
+      for kind in keep new; do
+        if [ "$kind" = new ]; then WRK_HEADERS=(-H "Connection: close"); else WRK_HEADERS=(); fi
+        read -r r a b u y e <<<"$(measure "${PORT_OF[$target]}" "${pid_of[$target]}")"
+        rps[$target$kind]+="$r "; p50[$target$kind]+="$a "; p99[$target$kind]+="$b "
+        user[$target$kind]+="$u "; system[$target$kind]+="$y "
+        [ "$e" = none ] || errs[$target$kind]+="round $round: $e; "
+      done
+    done
+  done
+  WRK_HEADERS=()
+  echo "== $workers worker thread(s) per proxy, HTTPS =="
+  printf "%-22s %-26s %12s %10s %10s %14s %14s   %s\n" target connections "req/s" "p50 ms" "p99 ms" \
+    "user us/req" "system us/req" "req/s by round"
+  for kind in new keep; do
+    for target in N H C; do
+      local label="kept alive"
+      [ "$kind" = new ] && label="new per request (handshakes)"
+      printf "%-22s %-26s %12s %10s %10s %14s %14s   %s\n" "${NAME_OF[$target]}" "$label" \
+        "$(median_of "${rps[$target$kind]}")" \
+        "$(median_of "${p50[$target$kind]}")" \
+        "$(median_of "${p99[$target$kind]}")" \
+        "$(median_of "${user[$target$kind]}")" \
+        "$(median_of "${system[$target$kind]}")" \
+        "$(awk '{for (i = 1; i <= NF; i++) printf "%s%.0f", (i > 1 ? " " : ""), $i}' <<<"${rps[$target$kind]}")"
+      [ -z "${errs[$target$kind]:-}" ] || echo "   errors: ${errs[$target$kind]}"
+    done
+  done
+  echo
+  kill "$pid_n" "$pid_h" "$pid_c" 2>/dev/null || true
+  wait_gone "$pid_n" "$pid_h" "$pid_c"
+}
+
+if [ "$MODE" = tls ]; then
+  for workers in $WORKERS; do
+    tls_rounds "$workers"
+  done
+  exit 0
+fi
 
 for workers in $WORKERS; do
   declare -A rps=() p50=() p99=() user=() system=() errs=()

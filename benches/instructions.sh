@@ -41,7 +41,7 @@ if [ -z "${CONCERT:-}" ]; then
   CONCERT=$(build_shipped_concert)
 fi
 cargo build --release --locked --quiet --example exchanges
-EXCHANGES=target/release/examples/exchanges
+EXCHANGES=$(target_dir)/release/examples/exchanges
 
 use_workdir
 

@@ -42,6 +42,8 @@ pub struct Generation {
     pub lane: Arc<priority::Lane>,
     /// A path list routes `-metrics-path` or its trailing-slash form, so neither answers metrics.
     pub metrics_path_routed: bool,
+    /// `Strict-Transport-Security` for answers over TLS (`-hsts`), rendered once.
+    pub hsts: Option<http::HeaderValue>,
 }
 
 /// Why a generation could not be built from a configuration.
@@ -58,6 +60,8 @@ pub enum BuildError {
     Proxy(String),
     #[error("cannot prepare the directory request bodies are buffered in: {0}")]
     Spool(std::io::Error),
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl Generation {
@@ -96,6 +100,10 @@ impl Generation {
             config.secure_cookie,
         );
         let ticket_max_age = config.effective_token_ttl().as_secs();
+        let hsts = match config.hsts.as_secs() {
+            0 => None,
+            secs => http::HeaderValue::from_str(&format!("max-age={secs}")).ok(),
+        };
         // Built last: these share pools with `previous` and resize them, so nothing may fail
         // after this point.
         let assets =
@@ -124,6 +132,7 @@ impl Generation {
             streams,
             lane,
             metrics_path_routed,
+            hsts,
         })
     }
 
@@ -242,6 +251,9 @@ pub struct App {
     pub data_dir: Option<Arc<store::DataDir>>,
     /// Where page bodies too large for memory wait for their slot.
     pub(crate) spool: Arc<store::SpoolDir>,
+    /// Concert's own HTTPS: whether the public listener speaks TLS, its certificates, and the
+    /// ACME engine's challenge answers.
+    pub tls: Arc<crate::tls::Tls>,
     /// Open client connections per serving worker, once serving has started.
     connections: std::sync::OnceLock<Arc<WorkerLoad>>,
     /// The stop as long-lived answers see it: event streams end and WebSockets close when the
@@ -341,6 +353,7 @@ impl App {
             None => Ok(store::SpoolDir::in_system_temp()),
         }
         .map_err(BuildError::Spool)?;
+        let tls = crate::tls::Tls::new().map_err(|e| BuildError::Tls(e.to_string()))?;
         Ok(Arc::new(App {
             generation: ArcSwap::from_pointee(generation),
             room,
@@ -357,6 +370,7 @@ impl App {
             baseline: Arc::new(baseline),
             data_dir,
             spool: Arc::new(spool),
+            tls: Arc::new(tls),
         }))
     }
 
@@ -509,12 +523,17 @@ impl App {
         }
         let generation = Generation::build(Arc::new(next), Some(&current), &self.upstream_failures)
             .map_err(|e| ChangeError::Invalid(format!("settings are unusable: {e}")))?;
+        let tls = self
+            .tls
+            .prepare(&generation.config)
+            .map_err(|e| ChangeError::Invalid(format!("HTTPS cannot be served as set: {e}")))?;
         if save && let Some(dir) = &self.data_dir {
             store::save_settings(dir, &generation.config)
                 .map_err(|e| ChangeError::Persist(e.to_string()))?;
         }
         let generation = Arc::new(generation);
         self.generation.store(generation.clone());
+        self.tls.apply(tls);
         self.room.reconfigure(generation.room_settings());
         self.abuse
             .reconfigure(abuse::AbuseSettings::from_config(&generation.config));

@@ -29,6 +29,7 @@ pub mod room;
 mod server;
 mod store;
 pub mod sys;
+pub mod tls;
 mod wire;
 
 /// The fake origins of the integration tests, for the unit tests that need a real origin.

@@ -110,18 +110,6 @@ fn start_up_failures_print_one_line_and_no_banner() {
     );
 }
 
-#[test]
-fn asking_for_https_that_this_version_lacks_stops_start_up() {
-    let out = run(&["-tls-domains", "example.com", "-data-dir="]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("-tls-domains") && err.contains("example.com"),
-        "{err}"
-    );
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-}
-
 /// Starts the binary on a free port with `args` and `env`, waits until it answers, stops it,
 /// and returns what it logged.
 fn start_log(args: &[&str], env: &[(&str, &str)]) -> String {

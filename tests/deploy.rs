@@ -437,3 +437,24 @@ fn binary_pings_the_watchdog_and_survives_sighup() {
     concert.signal("TERM");
     assert!(concert.wait_exit().is_some_and(|status| status.success()));
 }
+
+#[test]
+fn installer_labels_the_plain_http_port_and_lets_https_out_for_acme() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = dir.path().join("concert.env");
+    std::fs::write(
+        &env,
+        "CONCERT_LISTEN=:443\nCONCERT_HTTP_LISTEN=:80\nCONCERT_TLS_DOMAINS=example.com\n",
+    )
+    .unwrap();
+    let out = with_installer(&format!(
+        "ENV_FILE={}; SECRETS_FILE=/nonexistent; listen_ports; echo --; connect_ports; \
+         has_low_port && echo low",
+        env.display()
+    ));
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["443", "80", "8081", "--", "3000", "443", "low"],
+        "{out}"
+    );
+}

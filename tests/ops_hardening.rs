@@ -11,6 +11,7 @@ use support::*;
 
 const STATS_KEYS: &[&str] = &[
     "upstream",
+    "tls",
     "cap",
     "occupancy",
     "queue_depth",

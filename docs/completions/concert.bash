@@ -23,7 +23,7 @@ _concert() {
 
     case "${cmd}" in
         concert)
-            opts="-h --cap --max-queue --max-queue-per-ip --token-ttl --first-poll-grace --ready-grace --reaper --retry-after --api-json --html --fastlane-config --networks-config --fastlane-entry-ttl --rate --surge --skip-url --pass --priority-cap --priority-lane-rank --priority-wait --priority-forms --listen --upstream --upstream-timeout --max-body --upload-timeout --upload-disk-limit --preserve-host --trusted-proxies --access-log --secure-cookie --cookie-path --cookie-domain --bypass --ban-paths --unbuffered-upload-paths --assets --asset-public --asset-cap --asset-wait --asset-user-cap-h1 --asset-user-cap-h2 --asset-user-wait --admit-ttl --client-proto-header --stream-paths --stream-cap --abuse --abuse-strikes --abuse-window --abuse-cooldown --abuse-max-cooldown --abuse-max-entries --abuse-allow --tls-domains --tls-email --tls-cache --tls-staging --portal-listen --portal-allow --portal-session-ttl --portal-secure-cookie --history-log --data-dir --demo --log-format --workers --metrics-path --version --help"
+            opts="-h --cap --max-queue --max-queue-per-ip --token-ttl --first-poll-grace --ready-grace --reaper --retry-after --api-json --html --fastlane-config --networks-config --fastlane-entry-ttl --rate --surge --skip-url --pass --priority-cap --priority-lane-rank --priority-wait --priority-forms --listen --upstream --upstream-timeout --max-body --upload-timeout --upload-disk-limit --preserve-host --trusted-proxies --access-log --secure-cookie --cookie-path --cookie-domain --bypass --ban-paths --unbuffered-upload-paths --assets --asset-public --asset-cap --asset-wait --asset-user-cap-h1 --asset-user-cap-h2 --asset-user-wait --admit-ttl --client-proto-header --stream-paths --stream-cap --abuse --abuse-strikes --abuse-window --abuse-cooldown --abuse-max-cooldown --abuse-max-entries --abuse-allow --tls-cert --tls-key --tls-domains --tls-email --tls-cache --tls-staging --tls-directory --tls-directory-ca --http-listen --hsts --portal-listen --portal-allow --portal-session-ttl --portal-secure-cookie --portal-tls-cert --portal-tls-key --history-log --data-dir --demo --log-format --workers --metrics-path --version --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -245,6 +245,14 @@ _concert() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --tls-domains)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -261,6 +269,22 @@ _concert() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --tls-directory)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-directory-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --http-listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hsts)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --portal-listen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -274,6 +298,14 @@ _concert() {
                     return 0
                     ;;
                 --portal-secure-cookie)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --portal-tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --portal-tls-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

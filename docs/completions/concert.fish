@@ -52,14 +52,22 @@ complete -c concert -l abuse-cooldown -d 'Length of a first ban; repeat offender
 complete -c concert -l abuse-max-cooldown -d 'Upper bound for escalating bans; not shorter than the first ban. [default: 24h0m0s] [env: CONCERT_ABUSE_MAX_COOLDOWN]' -r
 complete -c concert -l abuse-max-entries -d 'Most clients the abuse registry remembers at once. [default: 100000] [env: CONCERT_ABUSE_MAX_ENTRIES]' -r
 complete -c concert -l abuse-allow -d 'Addresses or CIDRs that never collect strikes or bans. [default: ""] [env: CONCERT_ABUSE_ALLOW]' -r
-complete -c concert -l tls-domains -d 'Host names to get Let\'s Encrypt certificates for. Not in this version: setting any stops start-up (terminate TLS in front). [default: ""] [env: CONCERT_TLS_DOMAINS]' -r
-complete -c concert -l tls-email -d 'Address Let\'s Encrypt may write to about the certificates. Not in this version yet (no effect). [default: ""] [env: CONCERT_TLS_EMAIL]' -r
-complete -c concert -l tls-cache -d 'Directory keeping the account key and certificates. Not in this version yet (no effect). [default: /var/lib/concert/acme] [env: CONCERT_TLS_CACHE]' -r
-complete -c concert -l tls-staging -d 'Get untrusted test certificates from Let\'s Encrypt staging. Not in this version yet (no effect). [default: false] [env: CONCERT_TLS_STAGING]' -r
+complete -c concert -l tls-cert -d 'PEM file with the site\'s certificate (its chain after it) for HTTPS on -listen. Needs -tls-key; not together with -tls-domains. Read again when the file changes and on SIGHUP. [default: ""] [env: CONCERT_TLS_CERT]' -r
+complete -c concert -l tls-key -d 'PEM file with the private key of -tls-cert. [default: ""] [env: CONCERT_TLS_KEY]' -r
+complete -c concert -l tls-domains -d 'Host names to get certificates for automatically (ACME; Let\'s Encrypt unless -tls-directory names another authority). Setting any turns on HTTPS on -listen. Not together with -tls-cert. [default: ""] [env: CONCERT_TLS_DOMAINS]' -r
+complete -c concert -l tls-email -d 'Address the certificate authority may write to about the certificates of -tls-domains. [default: ""] [env: CONCERT_TLS_EMAIL]' -r
+complete -c concert -l tls-cache -d 'Directory keeping the ACME account key and the certificates of -tls-domains. [default: /var/lib/concert/acme] [env: CONCERT_TLS_CACHE]' -r
+complete -c concert -l tls-staging -d 'Get untrusted test certificates from Let\'s Encrypt\'s staging service. Not together with -tls-directory. [default: false] [env: CONCERT_TLS_STAGING]' -r
+complete -c concert -l tls-directory -d 'Directory URL of the ACME certificate authority for -tls-domains: https, or http only on a loopback host. Empty uses Let\'s Encrypt (its staging service with -tls-staging). [default: ""] [env: CONCERT_TLS_DIRECTORY]' -r
+complete -c concert -l tls-directory-ca -d 'PEM file of extra root certificates trusted for the ACME directory\'s own HTTPS (a private or test certificate authority). [default: ""] [env: CONCERT_TLS_DIRECTORY_CA]' -r
+complete -c concert -l http-listen -d 'Address of a plain-HTTP listener (e.g. :80) that answers ACME HTTP-01 challenges and sends everything else to https with a 308 redirect, path and query kept. Needs HTTPS on. Empty turns it off. Restart to change. [default: ""] [env: CONCERT_HTTP_LISTEN]' -r
+complete -c concert -l hsts -d 'Answers over HTTPS carry Strict-Transport-Security with this max-age, so browsers keep to HTTPS for that long. 0 sends none. [default: 0s] [env: CONCERT_HSTS]' -r
 complete -c concert -l portal-listen -d 'Address of the admin portal listener (it runs only while CONCERT_PORTAL_PASS is set). Empty turns the listener off. Restart to change. [default: 127.0.0.1:8081] [env: CONCERT_PORTAL_LISTEN]' -r
 complete -c concert -l portal-allow -d 'Addresses or CIDRs allowed to reach the portal, checked on the connecting socket (forwarded headers are ignored). [default: 127.0.0.1/32,::1/128] [env: CONCERT_PORTAL_ALLOW]' -r
 complete -c concert -l portal-session-ttl -d 'How long a portal sign-in lasts. At least 5m. [default: 8h0m0s] [env: CONCERT_PORTAL_SESSION_TTL]' -r
 complete -c concert -l portal-secure-cookie -d 'Mark the portal\'s cookies Secure; turn on when the portal is reached over HTTPS. [default: false] [env: CONCERT_PORTAL_SECURE_COOKIE]' -r
+complete -c concert -l portal-tls-cert -d 'PEM certificate (chain after it) for serving the portal over HTTPS. Needs -portal-tls-key. Empty keeps the portal on plain HTTP. Restart to change. [default: ""] [env: CONCERT_PORTAL_TLS_CERT]' -r
+complete -c concert -l portal-tls-key -d 'PEM file with the private key of -portal-tls-cert. Restart to change. [default: ""] [env: CONCERT_PORTAL_TLS_KEY]' -r
 complete -c concert -l history-log -d 'Request history file. Empty uses history.jsonl in the data directory (memory only without one); off, none, false or 0 keep the history in memory only. Restart to change. [default: ""] [env: CONCERT_HISTORY_LOG]' -r
 complete -c concert -l data-dir -d 'Directory for settings.json, bans, the queue snapshot and history. Empty turns persistence off. [default: /var/lib/concert/data] [env: CONCERT_DATA_DIR]' -r
 complete -c concert -l demo -d 'Run a built-in demo origin. [default: false] [env: CONCERT_DEMO]' -r

@@ -30,6 +30,7 @@ pub use table::{SETTINGS, SettingDef, setting};
 
 use flags::FlagParse;
 use value::TextOrigin;
+pub(crate) use value::check_acme_directory;
 
 /// Default data directory.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/concert/data";
@@ -195,16 +196,25 @@ pub struct Config {
     pub abuse_max_cooldown: Duration,
     pub abuse_max_entries: u32,
     pub abuse_allow: CidrList,
-    // Let's Encrypt
+    // HTTPS
+    pub tls_cert: String,
+    pub tls_key: String,
     pub tls_domains: HostList,
     pub tls_email: String,
     pub tls_cache: String,
     pub tls_staging: bool,
+    pub tls_directory: String,
+    pub tls_directory_ca: String,
+    pub http_listen: String,
+    /// `Strict-Transport-Security` max-age on answers over TLS; zero sends none.
+    pub hsts: Duration,
     // Portal
     pub portal_listen: String,
     pub portal_allow: CidrList,
     pub portal_session_ttl: Duration,
     pub portal_secure_cookie: bool,
+    pub portal_tls_cert: String,
+    pub portal_tls_key: String,
     pub history_log: String,
     // Outside the settings table (restart only, never in settings.json)
     /// `-data-dir`; empty disables persistence.
@@ -254,6 +264,10 @@ pub struct Config {
     /// of visitors would otherwise keep two minutes' worth of them (1,024: the `worker_connections`
     /// of the nginx.conf RHEL ships). Not a flag; tests lower it.
     pub keep_alive_crowd: usize,
+    /// How long a client on the HTTPS listener has, from its connection's opening, to send the
+    /// first byte and finish the TLS handshake: the 10 s a request head may take, so a stalled
+    /// handshake holds a connection no longer than a stalled head. Not a flag; tests shorten it.
+    pub tls_handshake_timeout: Duration,
     /// Source of each row of `SETTINGS`, by index.
     sources: Vec<Source>,
 }
@@ -317,14 +331,22 @@ impl Default for Config {
             abuse_max_cooldown: Duration::from_secs(86_400),
             abuse_max_entries: 100_000,
             abuse_allow: CidrList::default(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
             tls_domains: HostList::default(),
             tls_email: String::new(),
             tls_cache: "/var/lib/concert/acme".to_string(),
             tls_staging: false,
+            tls_directory: String::new(),
+            tls_directory_ca: String::new(),
+            http_listen: String::new(),
+            hsts: Duration::ZERO,
             portal_listen: "127.0.0.1:8081".to_string(),
             portal_allow: loopback,
             portal_session_ttl: Duration::from_secs(8 * 3600),
             portal_secure_cookie: false,
+            portal_tls_cert: String::new(),
+            portal_tls_key: String::new(),
             history_log: String::new(),
             data_dir: DEFAULT_DATA_DIR.to_string(),
             admin_token: String::new(),
@@ -342,6 +364,7 @@ impl Default for Config {
             upload_min_rate: 500,
             body_progress_timeout: Duration::from_secs(20),
             keep_alive_crowd: 1024,
+            tls_handshake_timeout: Duration::from_secs(10),
             sources: vec![Source::Default; SETTINGS.len()],
         }
     }
@@ -373,6 +396,7 @@ impl fmt::Debug for Config {
             .field("upload_min_rate", &self.upload_min_rate)
             .field("body_progress_timeout", &self.body_progress_timeout)
             .field("keep_alive_crowd", &self.keep_alive_crowd)
+            .field("tls_handshake_timeout", &self.tls_handshake_timeout)
             .finish()
     }
 }
@@ -506,6 +530,17 @@ impl Config {
     /// Whether `-upstream` carries credentials, which the proxy does not use.
     pub fn upstream_has_userinfo(&self) -> bool {
         without_userinfo(&self.upstream) != self.upstream
+    }
+
+    /// Whether the public listener serves HTTPS: a certificate pair is given, or names to get
+    /// certificates for.
+    pub fn tls_requested(&self) -> bool {
+        !self.tls_cert.trim().is_empty() || !self.tls_domains.is_empty()
+    }
+
+    /// Whether the portal listener serves HTTPS with a certificate of its own.
+    pub fn portal_tls_requested(&self) -> bool {
+        !self.portal_tls_cert.trim().is_empty()
     }
 
     /// True when the portal gets a listener: a pass and an address are both set.

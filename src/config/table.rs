@@ -32,7 +32,7 @@ const PATHS: &str = "Paths";
 const ASSETS: &str = "Assets";
 const STREAMS: &str = "Streams";
 const ABUSE: &str = "Abuse";
-const TLS: &str = "Let's Encrypt";
+const TLS: &str = "HTTPS";
 const PORTAL: &str = "Portal";
 
 /// Rust type of the field behind a row.
@@ -84,6 +84,9 @@ pub enum Check {
     HeaderName,
     /// Goes into `Set-Cookie` attributes: no `;`, whitespace or control characters.
     CookieAttribute,
+    /// Empty, an https URL, or an http URL whose host is a loopback address (a test CA on the
+    /// same machine).
+    AcmeDirectory,
 }
 
 const fn int(min: u64, max: u64) -> Check {
@@ -546,30 +549,67 @@ pub static SETTINGS: &[SettingDef] = &[
         label: "Never ban",
         help: "Addresses or CIDRs that never collect strikes or bans.",
     }),
-    // Let's Encrypt
+    // HTTPS
+    setting!(tls_cert: Str {
+        flag: "-tls-cert", env: "CONCERT_TLS_CERT", group: TLS, restart: false,
+        check: Check::None, default: "",
+        label: "Certificate file",
+        help: "PEM file with the site's certificate (its chain after it) for HTTPS on -listen. Needs -tls-key; not together with -tls-domains. Read again when the file changes and on SIGHUP.",
+    }),
+    setting!(tls_key: Str {
+        flag: "-tls-key", env: "CONCERT_TLS_KEY", group: TLS, restart: false,
+        check: Check::None, default: "",
+        label: "Certificate key file",
+        help: "PEM file with the private key of -tls-cert.",
+    }),
     setting!(tls_domains: Hosts {
         flag: "-tls-domains", env: "CONCERT_TLS_DOMAINS", group: TLS, restart: false,
         check: Check::None, default: "",
         label: "Certificate domains",
-        help: "Host names to get Let's Encrypt certificates for. Not in this version: setting any stops start-up (terminate TLS in front).",
+        help: "Host names to get certificates for automatically (ACME; Let's Encrypt unless -tls-directory names another authority). Setting any turns on HTTPS on -listen. Not together with -tls-cert.",
     }),
     setting!(tls_email: Str {
         flag: "-tls-email", env: "CONCERT_TLS_EMAIL", group: TLS, restart: false,
         check: Check::None, default: "",
         label: "Contact e-mail",
-        help: "Address Let's Encrypt may write to about the certificates. Not in this version yet (no effect).",
+        help: "Address the certificate authority may write to about the certificates of -tls-domains.",
     }),
     setting!(tls_cache: Str {
         flag: "-tls-cache", env: "CONCERT_TLS_CACHE", group: TLS, restart: false,
         check: Check::None, default: "/var/lib/concert/acme",
         label: "Certificate cache",
-        help: "Directory keeping the account key and certificates. Not in this version yet (no effect).",
+        help: "Directory keeping the ACME account key and the certificates of -tls-domains.",
     }),
     setting!(tls_staging: Bool {
         flag: "-tls-staging", env: "CONCERT_TLS_STAGING", group: TLS, restart: false,
         check: Check::None, default: "false",
         label: "Use the staging CA",
-        help: "Get untrusted test certificates from Let's Encrypt staging. Not in this version yet (no effect).",
+        help: "Get untrusted test certificates from Let's Encrypt's staging service. Not together with -tls-directory.",
+    }),
+    setting!(tls_directory: Str {
+        flag: "-tls-directory", env: "CONCERT_TLS_DIRECTORY", group: TLS, restart: false,
+        check: Check::AcmeDirectory, default: "",
+        label: "ACME directory",
+        help: "Directory URL of the ACME certificate authority for -tls-domains: https, or http only on a loopback host. Empty uses Let's Encrypt (its staging service with -tls-staging).",
+    }),
+    setting!(tls_directory_ca: Str {
+        flag: "-tls-directory-ca", env: "CONCERT_TLS_DIRECTORY_CA", group: TLS, restart: false,
+        check: Check::None, default: "",
+        label: "ACME directory roots",
+        help: "PEM file of extra root certificates trusted for the ACME directory's own HTTPS (a private or test certificate authority).",
+    }),
+    setting!(http_listen: Str {
+        flag: "-http-listen", env: "CONCERT_HTTP_LISTEN", group: TLS, restart: true,
+        check: Check::ListenAddr { allow_empty: true }, default: "",
+        label: "Plain HTTP address",
+        help: "Address of a plain-HTTP listener (e.g. :80) that answers ACME HTTP-01 challenges and sends everything else to https with a 308 redirect, path and query kept. Needs HTTPS on. Empty turns it off.",
+    }),
+    setting!(hsts: Dur {
+        flag: "-hsts", env: "CONCERT_HSTS", group: TLS, restart: false,
+        check: Check::Duration { zero_ok: true, min: Duration::from_secs(1), max: Duration::MAX },
+        default: "0s",
+        label: "HSTS max-age",
+        help: "Answers over HTTPS carry Strict-Transport-Security with this max-age, so browsers keep to HTTPS for that long. 0 sends none.",
     }),
     // Portal
     setting!(portal_listen: Str {
@@ -595,6 +635,18 @@ pub static SETTINGS: &[SettingDef] = &[
         check: Check::None, default: "false",
         label: "Secure portal cookie",
         help: "Mark the portal's cookies Secure; turn on when the portal is reached over HTTPS.",
+    }),
+    setting!(portal_tls_cert: Str {
+        flag: "-portal-tls-cert", env: "CONCERT_PORTAL_TLS_CERT", group: PORTAL, restart: true,
+        check: Check::None, default: "",
+        label: "Portal certificate file",
+        help: "PEM certificate (chain after it) for serving the portal over HTTPS. Needs -portal-tls-key. Empty keeps the portal on plain HTTP.",
+    }),
+    setting!(portal_tls_key: Str {
+        flag: "-portal-tls-key", env: "CONCERT_PORTAL_TLS_KEY", group: PORTAL, restart: true,
+        check: Check::None, default: "",
+        label: "Portal certificate key file",
+        help: "PEM file with the private key of -portal-tls-cert.",
     }),
     setting!(history_log: Str {
         flag: "-history-log", env: "CONCERT_HISTORY_LOG", group: PORTAL, restart: true,

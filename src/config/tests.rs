@@ -160,7 +160,10 @@ fn list_kinds_are_declared() {
             "fastlane_config",
             "networks_config",
             "listen",
+            "http_listen",
             "portal_listen",
+            "portal_tls_cert",
+            "portal_tls_key",
             "history_log"
         ]
     );
@@ -394,6 +397,40 @@ fn rejected_configurations() {
         &["-tls-domains", "localhost"],
         &["-tls-domains", "example.com", "-tls-email", "nobody"],
         &["-tls-domains", "example.com", "-tls-cache", " "],
+        &["-tls-cert", "/etc/concert/site.pem"],
+        &["-tls-key", "/etc/concert/site.key"],
+        &["-portal-tls-cert", "/etc/concert/portal.pem"],
+        &[
+            "-tls-cert",
+            "c.pem",
+            "-tls-key",
+            "k.pem",
+            "-tls-domains",
+            "example.com",
+        ],
+        &[
+            "-tls-domains",
+            "example.com",
+            "-tls-staging",
+            "-tls-directory",
+            "https://ca.example/dir",
+        ],
+        &[
+            "-tls-domains",
+            "example.com",
+            "-tls-directory",
+            "http://ca.example/dir",
+        ],
+        &[
+            "-tls-domains",
+            "example.com",
+            "-tls-directory",
+            "ftp://127.0.0.1/dir",
+        ],
+        &["-tls-domains", "example.com", "-tls-directory", "https://"],
+        &["-http-listen", ":80"],
+        &["-tls-domains", "example.com", "-http-listen", "80"],
+        &["-tls-domains", "example.com", "-hsts", "500ms"],
         &["-html", "/nonexistent/waiting.html"],
         &["-workers", "-1"],
         &["-log-format", "xml"],
@@ -405,6 +442,73 @@ fn rejected_configurations() {
             "{case:?} should be rejected"
         );
     }
+}
+
+#[test]
+fn https_settings_that_go_together() {
+    let config = start(
+        &[
+            "-tls-domains",
+            "example.com,www.example.com",
+            "-tls-directory",
+            "http://127.0.0.1:14000/dir",
+            "-http-listen",
+            ":80",
+            "-hsts",
+            "720h",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert!(config.tls_requested());
+    assert_eq!(config.hsts, Duration::from_secs(720 * 3600));
+    for directory in [
+        "https://acme.example/directory",
+        "http://localhost:4001/dir",
+        "http://[::1]:14000/dir",
+    ] {
+        start(
+            &["-tls-domains", "example.com", "-tls-directory", directory],
+            &[],
+        )
+        .unwrap();
+    }
+    let config = start(&["-tls-cert", "site.pem", "-tls-key", "site.key"], &[]).unwrap();
+    assert!(config.tls_requested() && !config.portal_tls_requested());
+    assert!(!start(&[], &[]).unwrap().tls_requested());
+
+    // Each refusal names both settings, as the operator set them.
+    let err = start(
+        &[
+            "-tls-domains",
+            "example.com",
+            "-tls-staging",
+            "-tls-directory",
+            "https://ca.example/d",
+        ],
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("-tls-directory") && err.contains("-tls-staging"),
+        "{err}"
+    );
+    let err = start(
+        &["-tls-domains", "example.com", "-tls-key", "k.pem"],
+        &[("CONCERT_TLS_CERT", "c.pem")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("CONCERT_TLS_CERT") && err.contains("-tls-domains"),
+        "{err}"
+    );
+    let err = start(&["-tls-cert", "c.pem"], &[]).unwrap_err().to_string();
+    assert!(
+        err.contains("-tls-cert") && err.contains("-tls-key"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -121,7 +121,38 @@ fn check_grace(config: &Config, key: &str, grace: Duration) -> Result<(), String
     Ok(())
 }
 
+/// The HTTPS settings together: one way to get certificates at a time, pairs complete, and the
+/// plain-HTTP listener only beside HTTPS (it sends everything to https).
 fn check_tls(config: &Config) -> Result<(), String> {
+    for key in ["tls_directory", "hsts", "http_listen"] {
+        check_key(config, key)?;
+    }
+    check_pair(config, "tls_cert", "tls_key")?;
+    check_pair(config, "portal_tls_cert", "portal_tls_key")?;
+    if !config.tls_cert.trim().is_empty() && !config.tls_domains.is_empty() {
+        return Err(format!(
+            "{} and {} cannot both be set: serve the certificate you have, or have Concert get them, not both",
+            config.name_of("tls_cert"),
+            config.name_of("tls_domains")
+        ));
+    }
+    if !config.tls_directory.is_empty() && config.tls_staging {
+        return Err(format!(
+            "{} and {} cannot both be set: the staging service is one directory, {:?} another",
+            config.name_of("tls_directory"),
+            config.name_of("tls_staging"),
+            config.tls_directory
+        ));
+    }
+    if !config.http_listen.trim().is_empty() && !config.tls_requested() {
+        return Err(format!(
+            "{} sends every request to https, so it needs HTTPS on: set {} and {}, or {}",
+            config.name_of("http_listen"),
+            config.name_of("tls_cert"),
+            config.name_of("tls_key"),
+            config.name_of("tls_domains")
+        ));
+    }
     if config.tls_domains.is_empty() {
         return Ok(());
     }
@@ -138,6 +169,20 @@ fn check_tls(config: &Config) -> Result<(), String> {
             "invalid value {:?} for {}: must be an e-mail address",
             config.tls_email,
             config.name_of("tls_email")
+        ));
+    }
+    Ok(())
+}
+
+/// A certificate and its key come together or not at all.
+fn check_pair(config: &Config, cert_key: &str, key_key: &str) -> Result<(), String> {
+    let text = |key: &str| config.value_text(key).unwrap_or_default();
+    let (cert, key) = (text(cert_key), text(key_key));
+    if cert.trim().is_empty() != key.trim().is_empty() {
+        return Err(format!(
+            "{} and {} go together: set both (the certificate and its private key) or neither",
+            config.name_of(cert_key),
+            config.name_of(key_key)
         ));
     }
     Ok(())

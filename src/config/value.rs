@@ -259,6 +259,7 @@ pub(super) fn check_value(def: &SettingDef, value: SlotRef<'_>) -> Result<(), St
         (Check::ListenAddr { allow_empty }, SlotRef::Str(v)) => check_listen(v, allow_empty),
         (Check::HeaderName, SlotRef::Str(v)) => check_header_name(v),
         (Check::CookieAttribute, SlotRef::Str(v)) => check_cookie_attribute(v),
+        (Check::AcmeDirectory, SlotRef::Str(v)) => check_acme_directory(v),
         _ => Err("internal error: check does not fit the value type".to_string()),
     }
 }
@@ -362,6 +363,35 @@ fn check_cookie_attribute(text: &str) -> Result<(), String> {
         Some(bad) => Err(format!("must not contain {bad:?}")),
         None => Ok(()),
     }
+}
+
+/// An ACME directory URL: https, or plain http only to a loopback host, where nothing on the
+/// network can read or change the exchange (a test CA beside Concert).
+pub(crate) fn check_acme_directory(text: &str) -> Result<(), String> {
+    const FORM: &str = "must be an https:// URL, or http:// with a loopback host";
+    if text.is_empty() {
+        return Ok(());
+    }
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(FORM.to_string());
+    }
+    let uri: http::Uri = text.parse().map_err(|_| FORM.to_string())?;
+    let Some(host) = uri.host().filter(|host| !host.is_empty()) else {
+        return Err(FORM.to_string());
+    };
+    match uri.scheme_str() {
+        Some("https") => Ok(()),
+        Some("http") if is_loopback_host(host) => Ok(()),
+        _ => Err(FORM.to_string()),
+    }
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Writes a decoded value into its field.

@@ -122,6 +122,9 @@ use Reads::{Count, Flag, Level, Text};
 
 static FIGURES: &[Figure] = &[
     stat("upstream", No, |r| Text(r.config().upstream_public())),
+    // What the public listener speaks: "off" (plain HTTP), "on" (TLS), or "pending" (TLS asked
+    // for, some name still without a certificate).
+    stat("tls", No, |r| Text(r.app.tls.status().as_str().to_owned())),
     stat(
         "cap",
         G("cap", "Concurrent page requests allowed to the origin"),

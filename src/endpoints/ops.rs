@@ -99,8 +99,10 @@ fn admin_not_allowed(
     }
 }
 
-async fn healthz() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, TEXT)], "ok")
+/// `ok`, and a second line `tls: pending` while HTTPS is asked for but some name has no
+/// certificate yet (the process serves, but visitors of those names cannot reach it).
+async fn healthz(Extension(app): Extension<Arc<App>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, TEXT)], app.tls.health_text())
 }
 
 async fn stats(Extension(app): Extension<Arc<App>>) -> Response<Body> {

@@ -2,6 +2,7 @@
 //! restoring bans and the line, serving, reloading on SIGHUP, draining on SIGTERM and saving
 //! what must survive the restart.
 
+mod certificates;
 mod summary;
 
 use std::net::SocketAddr;
@@ -17,9 +18,7 @@ use crate::server;
 use crate::store;
 use crate::sys::systemd;
 
-use summary::{
-    log_summary, refuse_unavailable_parts, warn_if_metrics_path_is_routed, warn_unavailable_parts,
-};
+use summary::{log_summary, warn_if_metrics_path_is_routed, warn_unavailable_parts};
 
 /// The build's version, printed by `-version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -29,6 +28,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The admin portal's address, when it listens.
     pub portal_addr: Option<SocketAddr>,
+    /// The plain-HTTP port beside HTTPS (`-http-listen`), when it listens.
+    pub http_addr: Option<SocketAddr>,
     pub app: Arc<App>,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), server::ServeError>>,
@@ -93,7 +94,6 @@ pub async fn start_on_workers(
         };
         StartError::Build(BuildError::Config(format!("{message}{hint}")))
     })?;
-    refuse_unavailable_parts(&config)?;
     let listener = match listener {
         Some(listener) => listener,
         None => server::bind(&config.listen)
@@ -116,7 +116,28 @@ pub async fn start_on_workers(
     } else {
         None
     };
+    let http_listener = if config.http_listen.trim().is_empty() {
+        None
+    } else {
+        let listener = server::bind(&config.http_listen)
+            .await
+            .map_err(|e| StartError::Serve(e.named("-http-listen")))?;
+        Some(listener)
+    };
     let app = App::with_data_dir(config, baseline, data_dir.clone()).map_err(StartError::Build)?;
+    // Certificates are read and checked before anything is restored: a bad pair stops the
+    // start with one line naming the setting and the file.
+    {
+        let config = &app.generation().config;
+        let plan = app
+            .tls
+            .prepare(config)
+            .map_err(|e| StartError::Build(BuildError::Tls(e)))?;
+        app.tls.apply(plan);
+        app.tls
+            .start_portal(config)
+            .map_err(|e| StartError::Build(BuildError::Tls(e)))?;
+    }
     warn_if_metrics_path_is_routed(&app.generation());
     let mut background = Vec::new();
     let mut writers = Vec::new();
@@ -156,7 +177,7 @@ pub async fn start_on_workers(
     );
     app.history.start(history_log);
     // Only now, with the listener bound and saved state loaded, is the start a success.
-    log_summary(&app.generation().config, data_dir.as_deref());
+    log_summary(&app.generation().config, data_dir.as_deref(), &app.tls);
     warn_unavailable_parts(&app.generation().config);
     if app.generation().config.admit_secret_generated {
         tracing::warn!(
@@ -166,6 +187,8 @@ pub async fn start_on_workers(
     background.push(app.room.spawn_reaper());
     background.push(app.abuse.spawn_janitor());
     background.push(app.history.spawn_maintenance());
+    background.push(certificates::spawn_file_watch(&app));
+    background.push(certificates::spawn_certificate_requests(&app));
     background.push({
         let app = Arc::downgrade(&app);
         assets::spawn_sweeper(move || {
@@ -187,6 +210,7 @@ pub async fn start_on_workers(
                 listener,
                 portal::router(portal),
                 server::SIDE_LIMITS,
+                app.tls.portal_acceptor(),
                 async move {
                     let _ = stopped.wait_for(|stop| *stop).await;
                 },
@@ -195,6 +219,24 @@ pub async fn start_on_workers(
         }
         _ => None,
     };
+    let mut http_addr = None;
+    let http_task = http_listener.map(|listener| {
+        http_addr = listener.local_addr().ok();
+        if let Some(http) = http_addr {
+            tracing::info!(addr = %http, "plain HTTP listening: ACME challenges, and redirects to https");
+        }
+        let mut stopped = stopped.clone();
+        tokio::spawn(server::serve_router(
+            listener,
+            crate::tls::http_port::router(app.tls.clone(), addr.port()),
+            server::SIDE_LIMITS,
+            None,
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            },
+            PORTAL_GRACE,
+        ))
+    });
     let serving = app.clone();
     let task = tokio::spawn(async move {
         let result = server::serve_workers(
@@ -208,6 +250,9 @@ pub async fn start_on_workers(
         .await;
         if let Some(portal) = portal_task {
             let _ = portal.await;
+        }
+        if let Some(http) = http_task {
+            let _ = http.await;
         }
         // Writers finish the save they are in; the rest hold no files and are cut short. Both
         // are awaited, so nothing holding the data directory outlives the stop.
@@ -228,6 +273,7 @@ pub async fn start_on_workers(
     Ok(Running {
         addr,
         portal_addr,
+        http_addr,
         app,
         stop,
         task,
@@ -387,8 +433,9 @@ fn browse_addr(addr: SocketAddr) -> String {
     }
 }
 
-/// SIGHUP (`systemctl reload`): re-read settings.json and apply it when valid; otherwise keep the
-/// running settings and say why. Never ends the process.
+/// SIGHUP (`systemctl reload`): re-read settings.json and apply it when valid, otherwise keep
+/// the running settings and say why; then read the certificate files again, keeping the served
+/// pair when a new one does not load. Never ends the process.
 fn handle_reload_requests(app: Arc<App>) {
     #[cfg(unix)]
     {
@@ -400,8 +447,17 @@ fn handle_reload_requests(app: Arc<App>) {
                     while hangups.recv().await.is_some() {
                         match app.reload_settings_file() {
                             Ok(_) => tracing::info!("settings reloaded from settings.json"),
+                            Err(_) if app.data_dir.is_none() => {
+                                tracing::info!(
+                                    "SIGHUP: no data dir, so no settings.json to re-read"
+                                )
+                            }
                             Err(e) => tracing::warn!("reload refused, running settings kept: {e}"),
                         }
+                        let reloading = app.clone();
+                        let _ =
+                            tokio::task::spawn_blocking(move || reloading.tls.reload_files(true))
+                                .await;
                     }
                 });
             }

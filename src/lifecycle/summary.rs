@@ -2,43 +2,26 @@
 //! settings that do nothing in this version or look risky.
 
 use crate::admission::priority;
-use crate::app::{BuildError, Generation};
+use crate::app::Generation;
 use crate::config::{self, Config};
 use crate::store;
+use crate::tls::Tls;
 
-use super::{StartError, VERSION};
+use super::VERSION;
 
-/// Settings of parts this version does not have yet (HTTPS with automatic certificates, the
-/// fast lane): they are parsed and checked so an existing configuration loads, but they do
-/// nothing, and an operator who set one must hear so.
+/// Settings of parts this version does not have yet (the fast lane): they are parsed and
+/// checked so an existing configuration loads, but they do nothing, and an operator who set one
+/// must hear so.
 const UNAVAILABLE_PARTS: &[(&str, &str)] = &[
     ("fastlane_config", "the fast lane"),
     ("networks_config", "the fast lane's payments"),
     ("fastlane_entry_ttl", "the fast lane"),
     ("pass_duration", "the fast lane's skip passes"),
-    ("tls_email", "HTTPS with automatic certificates"),
-    ("tls_cache", "HTTPS with automatic certificates"),
-    ("tls_staging", "HTTPS with automatic certificates"),
 ];
 
 /// Shorter admin tokens only start with a warning: deployments configured without a length rule
 /// may use them, and refusing to start would break those.
 const MIN_ADMIN_TOKEN_LEN: usize = 16;
-
-/// Refuses to start when HTTPS is asked for: serving plain HTTP where HTTPS was configured would
-/// be worse than not starting.
-pub(super) fn refuse_unavailable_parts(config: &Config) -> Result<(), StartError> {
-    if !config.tls_domains.is_empty() {
-        return Err(StartError::Build(BuildError::Config(format!(
-            "{} {}: this version does not serve HTTPS itself; terminate TLS in front of \
-             Concert (docs/operations.md, \"nginx in front\") and leave -tls-domains and \
-             CONCERT_TLS_DOMAINS empty",
-            config.name_of("tls_domains"),
-            config.tls_domains.as_str()
-        ))));
-    }
-    Ok(())
-}
 
 /// Warns for every setting of a missing part that would have done something, and for a
 /// guessable admin token. Said once the start has succeeded, so a failed start stays one line.
@@ -84,7 +67,7 @@ pub(super) fn warn_if_metrics_path_is_routed(generation: &Generation) {
 
 /// The start summary: the room's numbers on one line, then a line for each part that
 /// is on, so an operator reading the journal sees what this process enforces.
-pub(super) fn log_summary(config: &Config, data_dir: Option<&store::DataDir>) {
+pub(super) fn log_summary(config: &Config, data_dir: Option<&store::DataDir>, tls: &Tls) {
     use config::duration::format_go_duration as go;
     // A cap of 0 is worked out from other settings; the summary says so next to its value.
     let derived = |cap: u32| if cap == 0 { " (derived)" } else { "" };
@@ -131,6 +114,7 @@ pub(super) fn log_summary(config: &Config, data_dir: Option<&store::DataDir>) {
     } else {
         tracing::info!("abuse registry: off");
     }
+    log_https(config, tls);
     match data_dir {
         Some(dir) => tracing::info!(
             "data dir: {} (bans, the waiting line and settings survive restarts)",
@@ -142,5 +126,41 @@ pub(super) fn log_summary(config: &Config, data_dir: Option<&store::DataDir>) {
         tracing::warn!(
             "-upstream carries a user name or password, which is never sent to the origin (nor shown in /_room/stats)"
         );
+    }
+}
+
+/// What the listeners serve over HTTPS, with the certificates' names and ends of validity.
+fn log_https(config: &Config, tls: &Tls) {
+    if let Some(pair) = tls.store().static_pair() {
+        tracing::info!(
+            "https on {}: certificate for {} from {}, valid until {}; hsts={}",
+            config.listen,
+            pair.names_shown(),
+            pair.files.cert.display(),
+            pair.expires(),
+            hsts_shown(config),
+        );
+    } else if !config.tls_domains.is_empty() {
+        tracing::info!(
+            "https on {}: certificates for {} wanted, pending; hsts={}",
+            config.listen,
+            config.tls_domains.as_str(),
+            hsts_shown(config),
+        );
+    }
+    if let Some(pair) = tls.portal_pair() {
+        tracing::info!(
+            "portal https: certificate for {} from {}, valid until {}",
+            pair.names_shown(),
+            pair.files.cert.display(),
+            pair.expires(),
+        );
+    }
+}
+
+fn hsts_shown(config: &Config) -> String {
+    match config.hsts.as_secs() {
+        0 => "off".to_string(),
+        secs => format!("max-age={secs}"),
     }
 }

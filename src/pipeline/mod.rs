@@ -124,27 +124,35 @@ async fn run_stages<B: RequestBody + Unpin>(
         return response;
     }
     let stage = routes::classify(&generation, info.path());
-    let response = match stage {
-        Stage::Ops => {
-            endpoints::ops::handle(&app, info.path(), info.query(), info.client, req).await
+    let version = req.version();
+    // A plain listener answers ACME HTTP-01 challenges while an ACME engine waits for one.
+    let response = if !info.conn.tls
+        && let Some(answer) = crate::tls::http_port::challenge(&app.tls, &method, info.path())
+    {
+        answer
+    } else {
+        match stage {
+            Stage::Ops => {
+                endpoints::ops::handle(&app, info.path(), info.query(), info.client, req).await
+            }
+            Stage::ConcertFiles => {
+                endpoints::concert_files::answer(&generation.config.skip_url, &method, info.path())
+            }
+            Stage::QueueStatus => endpoints::queue_status::answer(
+                &app.room,
+                &generation.cookies,
+                generation.ticket_max_age,
+                info.conn.tls,
+                &method,
+                req.headers(),
+            ),
+            Stage::Metrics => endpoints::metrics::answer(&app, &method, req.headers()),
+            Stage::Bypass => origin::forward(&app, &generation, &info, req, None).await,
+            Stage::Asset => tiers::private_asset(&app, &generation, &info, req).await,
+            Stage::AssetPublic => tiers::public_asset(&app, &generation, &info, req).await,
+            Stage::Stream => tiers::stream(&app, &generation, &info, req).await,
+            Stage::Gated => gated::gated(&app, &generation, &info, req).await,
         }
-        Stage::ConcertFiles => {
-            endpoints::concert_files::answer(&generation.config.skip_url, &method, info.path())
-        }
-        Stage::QueueStatus => endpoints::queue_status::answer(
-            &app.room,
-            &generation.cookies,
-            generation.ticket_max_age,
-            info.conn.tls,
-            &method,
-            req.headers(),
-        ),
-        Stage::Metrics => endpoints::metrics::answer(&app, &method, req.headers()),
-        Stage::Bypass => origin::forward(&app, &generation, &info, req, None).await,
-        Stage::Asset => tiers::private_asset(&app, &generation, &info, req).await,
-        Stage::AssetPublic => tiers::public_asset(&app, &generation, &info, req).await,
-        Stage::Stream => tiers::stream(&app, &generation, &info, req).await,
-        Stage::Gated => gated::gated(&app, &generation, &info, req).await,
     };
     record::record(
         &app,
@@ -156,7 +164,7 @@ async fn run_stages<B: RequestBody + Unpin>(
         Some(stage),
     );
     if generation.config.access_log && access_log::logs(stage, info.path()) {
-        access_log::log(&info, &method, response.status(), started);
+        access_log::log(&info, &method, version, response.status(), started);
     }
     response
 }

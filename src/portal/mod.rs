@@ -128,7 +128,10 @@ impl Portal {
         path: &str,
         max_age: Duration,
     ) -> Option<HeaderValue> {
-        let secure = if self.app.generation().config.portal_secure_cookie {
+        // Served over the portal's own TLS, the cookies are Secure whatever the setting says.
+        let secure = if self.app.generation().config.portal_secure_cookie
+            || self.app.tls.portal_acceptor().is_some()
+        {
             "; Secure"
         } else {
             ""

@@ -1,5 +1,7 @@
-//! One client connection: hyper's HTTP/1.1 and h2c server wrapped in the smuggling guard and the
-//! connection's deadlines, each request handed to the pipeline with panics turned into a 500.
+//! One client connection: hyper's HTTP/1.1 and HTTP/2 server wrapped in the smuggling guard and
+//! the connection's deadlines, each request handed to the pipeline with panics turned into a 500.
+//! The same code serves a plain TCP stream and a TLS one ([`ClientStream`]); which it is, is
+//! known at compile time, so the plain path carries nothing of TLS.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,6 +20,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::activity::{ConnLimits, ConnectionActivity, CountedBody};
@@ -53,23 +56,52 @@ pub(super) fn connection_builder(send_limit: Duration) -> auto::Builder<StreamEx
     builder
 }
 
-/// Serves one connection until it ends; `stop_signal` turning true (the worker stopping) asks
-/// it to finish what is in flight and close.
-pub(super) fn serve_connection(
+/// A stream a client connection is served over.
+pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Concert's own TLS: requests say so (Secure cookies, `X-Forwarded-Proto: https`) and
+    /// answers carry HSTS when it is set.
+    const TLS: bool;
+}
+
+impl ClientStream for TcpStream {
+    const TLS: bool = false;
+}
+
+impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+    const TLS: bool = true;
+}
+
+/// Serves a plain TCP connection until it ends; `stop_signal` turning true (the worker
+/// stopping) asks it to finish what is in flight and close.
+pub(super) fn serve_plain(
     builder: &Arc<auto::Builder<StreamExecutor>>,
-    mut stop_signal: tokio::sync::watch::Receiver<bool>,
+    stop_signal: tokio::sync::watch::Receiver<bool>,
     stream: TcpStream,
     peer: SocketAddr,
     app: Arc<App>,
     held: OpenConnection,
 ) -> impl Future<Output = ()> + Send + 'static {
     let _ = stream.set_nodelay(true);
+    let activity = Arc::new(ConnectionActivity::default());
+    serve_connection(builder, stop_signal, stream, peer, activity, app, held)
+}
+
+/// Serves one connection over `stream` until it ends. `activity` was made when the connection
+/// was accepted: the first request's deadline counts from then (a TLS handshake included).
+pub(super) fn serve_connection<S: ClientStream>(
+    builder: &Arc<auto::Builder<StreamExecutor>>,
+    mut stop_signal: tokio::sync::watch::Receiver<bool>,
+    stream: S,
+    peer: SocketAddr,
+    activity: Arc<ConnectionActivity>,
+    app: Arc<App>,
+    held: OpenConnection,
+) -> impl Future<Output = ()> + Send + 'static {
     let conn = ConnInfo {
         peer: Some(crate::pipeline::identity::unmap(peer.ip())),
-        tls: false,
+        tls: S::TLS,
     };
     let watch = Arc::new(FramingWatch::default());
-    let activity = Arc::new(ConnectionActivity::default());
     let idle = activity.clone();
     let (limits, crowded) = {
         let config = &app.generation().config;
@@ -83,6 +115,7 @@ pub(super) fn serve_connection(
     let stream = IdleDeadline::new(stream, activity.clone(), limits, crowded);
     let io = TokioIo::new(FramingGuard::new(stream, watch.clone()));
     let service = service_fn(move |req: hyper::Request<Incoming>| {
+        let app_for_hsts = &app;
         let app = app.clone();
         let watch = watch.clone();
         let refusal = watch.next_refusal();
@@ -101,11 +134,20 @@ pub(super) fn serve_connection(
             Some(refusal) => Either::Left(std::future::ready(refused_framing(&app, &req, refusal))),
             None => Either::Right(handle_recovering(app, conn, req)),
         };
-        answer.map(move |response| {
+        // Only over TLS: a plain connection's service does not hold the application twice.
+        let hsts_from = S::TLS.then(|| app_for_hsts.clone());
+        answer.map(move |mut response| {
             // Before hyper writes it: the guard may stop once the connection leaves HTTP/1,
             // and a tunnel has no idle deadline.
             if !refused && watch.record_answer(connect, response.status()) {
                 exchange.tunnel_opened();
+            }
+            if let Some(app) = hsts_from
+                && let Some(hsts) = &app.generation().hsts
+            {
+                response
+                    .headers_mut()
+                    .insert(http::header::STRICT_TRANSPORT_SECURITY, hsts.clone());
             }
             Ok::<_, Infallible>(response.map(|body| Body::new(CountedBody::new(body, exchange))))
         })

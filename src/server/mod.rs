@@ -1,6 +1,7 @@
 //! The public listener: binding it, the serving workers that accept from it, and the drain
 //! at stop. Each connection is served by [`connection`], under the deadlines of [`deadline`]
-//! and, for HTTP/2 streams, the send limit of [`send_limit`].
+//! and, for HTTP/2 streams, the send limit of [`send_limit`]; while the listener speaks TLS,
+//! [`tls_accept`] first completes the handshake (or answers a plain-HTTP client).
 
 mod activity;
 mod connection;
@@ -8,6 +9,7 @@ mod deadline;
 mod listen;
 mod send_limit;
 mod side;
+mod tls_accept;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use tokio::net::TcpListener;
 use crate::app::App;
 use crate::sys::workers::{SHARE_STEP_ASIDE_LIMIT, WorkerLoad, become_worker, worker_index};
 
-use connection::{connection_builder, serve_connection};
+use connection::{connection_builder, serve_plain};
 
 pub(crate) use listen::ServeError;
 pub(crate) use listen::bind;
@@ -143,14 +145,30 @@ async fn serve(
         };
         let held = load.open(worker);
         let stop_signal = stop_signal.clone();
-        connections.spawn(serve_connection(
-            &builder,
-            stop_signal,
-            stream,
-            peer,
-            app.clone(),
-            held,
-        ));
+        // Asked per connection: turning TLS on or off applies to the next one accepted.
+        match app.tls.acceptor() {
+            None => {
+                connections.spawn(serve_plain(
+                    &builder,
+                    stop_signal,
+                    stream,
+                    peer,
+                    app.clone(),
+                    held,
+                ));
+            }
+            Some(tls) => {
+                connections.spawn(tls_accept::serve_tls(
+                    builder.clone(),
+                    stop_signal,
+                    stream,
+                    peer,
+                    app.clone(),
+                    held,
+                    tls,
+                ));
+            }
+        }
     }
     drop(listener);
     tracing::info!(worker = worker_index(), "draining...");

@@ -1,6 +1,7 @@
-//! Side listeners (the admin portal): an axum [`Router`] served over HTTP/1 with the public
-//! listener's connection deadlines (head, idle and send limits), on the calling runtime, and
-//! drained when told to stop.
+//! Side listeners (the admin portal, the plain-HTTP port beside HTTPS): an axum [`Router`]
+//! served over HTTP/1 with the public listener's connection deadlines (head, idle and send
+//! limits), on the calling runtime, and drained when told to stop. With a TLS configuration,
+//! each connection completes its handshake within the head limit first.
 //!
 //! Each request carries a [`SideConn`] extension (and axum's `ConnectInfo`) naming the socket's
 //! two ends: a side listener decides who may use it from the socket peer alone.
@@ -18,7 +19,8 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use rustls::ServerConfig;
 use tokio::net::TcpListener;
 use tower::ServiceExt as _;
 
@@ -39,12 +41,13 @@ pub(crate) const SIDE_LIMITS: ConnLimits = ConnLimits {
     send: Duration::from_secs(30),
 };
 
-/// Serves `router` on `listener` until `shutdown` resolves, then lets open exchanges finish for
-/// up to `grace` and closes what is left.
+/// Serves `router` on `listener` (over TLS with `tls`) until `shutdown` resolves, then lets open
+/// exchanges finish for up to `grace` and closes what is left.
 pub(crate) async fn serve_router(
     listener: TcpListener,
     router: Router,
     limits: ConnLimits,
+    tls: Option<Arc<ServerConfig>>,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) {
@@ -69,29 +72,25 @@ pub(crate) async fn serve_router(
             peer: SocketAddr::new(crate::pipeline::identity::unmap(peer.ip()), peer.port()),
             local,
         };
-        let activity = Arc::new(ConnectionActivity::default());
-        let never_crowded: crate::sys::workers::Crowded = Arc::new(|| false);
-        let stream = IdleDeadline::new(stream, activity.clone(), limits, never_crowded);
         let router = router.clone();
-        let service = service_fn(move |mut req: hyper::Request<Incoming>| {
-            let open = activity.exchange_opened();
-            req.extensions_mut().insert(conn);
-            req.extensions_mut().insert(ConnectInfo(conn.peer));
-            router.clone().oneshot(req).map(move |answered| {
-                answered
-                    .map(|response| response.map(|body| Body::new(CountedBody::new(body, open))))
-            })
-        });
-        let connection = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.head)
-            .serve_connection(TokioIo::new(stream), service);
-        let watched = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(e) = watched.await {
-                tracing::debug!(error = %e, "side connection ended with an error");
+        let watcher = graceful.watcher();
+        match &tls {
+            None => {
+                tokio::spawn(serve_side(stream, conn, router, limits, watcher));
             }
-        });
+            Some(config) => {
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(config));
+                tokio::spawn(async move {
+                    match tokio::time::timeout(limits.head, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => serve_side(stream, conn, router, limits, watcher).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "side listener: TLS handshake failed")
+                        }
+                        Err(_) => tracing::debug!("side listener: TLS handshake timed out"),
+                    }
+                });
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(grace, graceful.shutdown())
@@ -99,5 +98,35 @@ pub(crate) async fn serve_router(
         .is_err()
     {
         tracing::warn!("side listener: grace period over; closing remaining connections");
+    }
+}
+
+/// One side connection over `stream`, until it ends or the drain closes it.
+async fn serve_side<S>(
+    stream: S,
+    conn: SideConn,
+    router: Router,
+    limits: ConnLimits,
+    watcher: Watcher,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::new(ConnectionActivity::default());
+    let never_crowded: crate::sys::workers::Crowded = Arc::new(|| false);
+    let stream = IdleDeadline::new(stream, activity.clone(), limits, never_crowded);
+    let service = service_fn(move |mut req: hyper::Request<Incoming>| {
+        let open = activity.exchange_opened();
+        req.extensions_mut().insert(conn);
+        req.extensions_mut().insert(ConnectInfo(conn.peer));
+        router.clone().oneshot(req).map(move |answered| {
+            answered.map(|response| response.map(|body| Body::new(CountedBody::new(body, open))))
+        })
+    });
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.head)
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(e) = watcher.watch(connection).await {
+        tracing::debug!(error = %e, "side connection ended with an error");
     }
 }

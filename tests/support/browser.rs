@@ -124,6 +124,12 @@ pub struct Browser {
 impl Browser {
     /// Starts Chromium (`$CHROMIUM`, else `/usr/bin/chromium`) with a fresh profile.
     pub async fn launch() -> Result<Browser, String> {
+        Browser::launch_with(&[]).await
+    }
+
+    /// [`Browser::launch`] with more command-line switches (for this browser only, e.g. a
+    /// test certificate it should accept).
+    pub async fn launch_with(extra_args: &[String]) -> Result<Browser, String> {
         let binary = std::env::var_os("CHROMIUM")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(DEFAULT_BINARY));
@@ -154,6 +160,7 @@ impl Browser {
             ])
             .arg(format!("--window-size={},{}", WINDOW_SIZE.0, WINDOW_SIZE.1))
             .arg(format!("--user-data-dir={}", user_data_dir.display()))
+            .args(extra_args)
             .arg("about:blank")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod origins;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

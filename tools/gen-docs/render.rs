@@ -164,6 +164,9 @@ fn accepted_values(def: &SettingDef) -> String {
         }
         Check::HeaderName => "an HTTP header name, or empty".to_string(),
         Check::CookieAttribute => "text without `;`, whitespace or control characters".to_string(),
+        Check::AcmeDirectory => {
+            "empty, an https URL, or an http URL on a loopback host".to_string()
+        }
     }
 }
 
