@@ -4,7 +4,6 @@
 //! trusted only inside these tests.
 
 #[path = "support/acme_lab.rs"]
-#[allow(dead_code)]
 mod acme_lab;
 mod support;
 

@@ -2,6 +2,8 @@
 //! certificate made here, a DNS responder that sends every name to 127.0.0.1, and the two
 //! challenge servers pebble validates against (TLS-ALPN-01 and HTTP-01), answering from
 //! whatever engine is plugged into them. Nothing leaves the machine.
+// Each test file that includes this uses only part of it.
+#![allow(dead_code)]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
