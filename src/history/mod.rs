@@ -132,6 +132,8 @@ pub struct History {
     pending: AtomicUsize,
     log: OnceLock<Log>,
     limits: LogLimits,
+    /// Lines of the log that could not be read back at start.
+    unreadable_lines: AtomicU64,
 }
 
 impl History {
@@ -149,6 +151,7 @@ impl History {
             pending: AtomicUsize::new(0),
             log: OnceLock::new(),
             limits: LogLimits::default(),
+            unreadable_lines: AtomicU64::new(0),
         }
     }
 
@@ -162,8 +165,14 @@ impl History {
     /// writer and squares the windows with the bans the registry has now. Never fails: a log
     /// that cannot be read or written is reported and the history carries on in memory.
     pub fn start(&self, path: Option<PathBuf>) {
-        if let Some(path) = &path {
-            let report = replay::replay(self, path, self.limits.keep);
+        let report = path
+            .as_deref()
+            .map(|path| replay::replay(self, path, self.limits.keep));
+        self.forget_old();
+        // The log may hold more windows than are kept.
+        let trimmed = self.windows.lock().trim(self.now());
+        if let (Some(path), Some(report)) = (&path, report) {
+            self.unreadable_lines.store(report.bad, Ordering::Relaxed);
             if report.lines > 0 || report.bad > 0 {
                 tracing::info!(
                     path = %path.display(),
@@ -171,11 +180,18 @@ impl History {
                     lines = report.lines,
                     skipped_old = report.old,
                     bad = report.bad,
+                    windows_trimmed = trimmed,
                     "request history read back"
                 );
             }
+            if report.bad > 0 {
+                tracing::warn!(
+                    path = %path.display(),
+                    lines = report.bad,
+                    "request history: lines that could not be read back were skipped"
+                );
+            }
         }
-        self.forget_old();
         match path {
             None => tracing::info!("request history kept in memory only"),
             Some(path) => match Log::start(path.clone(), self.limits) {
@@ -209,7 +225,16 @@ impl History {
 
     /// The log's path and counts, or `None` when the history is kept in memory only.
     pub fn log_status(&self) -> Option<LogStatus> {
-        self.log.get().map(Log::status)
+        self.log.get().map(|log| LogStatus {
+            unreadable: self.unreadable_lines(),
+            ..log.status()
+        })
+    }
+
+    /// Lines of the log skipped at start because they could not be read: too long, not
+    /// JSON, or missing what their kind needs (a crash can leave one, cut short).
+    pub fn unreadable_lines(&self) -> u64 {
+        self.unreadable_lines.load(Ordering::Relaxed)
     }
 
     /// Whether the history is written to a file.
@@ -432,7 +457,7 @@ impl History {
                             BanCause::Operator => OPERATOR_SOURCE.to_string(),
                             BanCause::Strikes | BanCause::BanPath => String::new(),
                         });
-                    let window = windows.open(notice.scope, notice.range, notice.until);
+                    let window = windows.open(notice.scope, notice.range, notice.until, now);
                     // A replaced ban we had no window for began before we could see it.
                     window.began = notice.fresh.then_some(now);
                     window.source = source;
@@ -620,7 +645,7 @@ impl History {
                 if known {
                     continue;
                 }
-                let window = windows.open(scope, range, until);
+                let window = windows.open(scope, range, until, now);
                 window.source = RESTORED_SOURCE.to_string();
                 events.push(Event::Ban(Box::new(state_of(window, now))));
             }
