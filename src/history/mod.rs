@@ -184,13 +184,6 @@ impl History {
                     "request history read back"
                 );
             }
-            if report.bad > 0 {
-                tracing::warn!(
-                    path = %path.display(),
-                    lines = report.bad,
-                    "request history: lines that could not be read back were skipped"
-                );
-            }
         }
         match path {
             None => tracing::info!("request history kept in memory only"),
