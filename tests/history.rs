@@ -504,6 +504,7 @@ async fn kill_9_keeps_the_history_up_to_the_last_flush() {
     std::fs::write(&log, torn).unwrap();
 
     let concert = start(&origin, &[&data_arg(dir.path()), "-ban-paths", "/.env"]).await;
+    assert_eq!(concert.app.history.unreadable_lines(), 1, "the torn line");
     let restored = detail(&concert, client);
     assert_eq!(paths(&restored), ["/c", "/.env", "/b", "/a"]);
     assert!(restored.entries[0].blocked && restored.entries[1].triggered_ban);
