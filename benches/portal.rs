@@ -72,6 +72,10 @@ fn ip_to_asn(dir: &std::path::Path) -> std::path::PathBuf {
     use std::io::Write as _;
     let path = dir.join("ip2asn-combined.tsv");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    // In address order, as the file must be.
+    let first = Ipv4Addr::from(LINE_FIRST);
+    let last = Ipv4Addr::from(LINE_FIRST + 0xffff);
+    writeln!(file, "{first}\t{last}\t64999\tNL\tBench Line Network").unwrap();
     let countries = ["LT", "US", "DE", "FR", "NL", "SE", "JP", "BR"];
     for block in 0..HISTORY_CLIENTS.div_ceil(256) {
         let first = Ipv4Addr::from(HISTORY_FIRST + block * 256);
@@ -84,9 +88,6 @@ fn ip_to_asn(dir: &std::path::Path) -> std::path::PathBuf {
         )
         .unwrap();
     }
-    let first = Ipv4Addr::from(LINE_FIRST);
-    let last = Ipv4Addr::from(LINE_FIRST + 0xffff);
-    writeln!(file, "{first}\t{last}\t64999\tNL\tBench Line Network").unwrap();
     file.flush().unwrap();
     path
 }
