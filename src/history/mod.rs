@@ -303,7 +303,6 @@ impl History {
                 }),
             None => 0,
         };
-        let path: Arc<str> = Arc::from(target);
         let agent = arrival
             .agent
             .as_ref()
@@ -317,12 +316,7 @@ impl History {
                 0
             };
         let log = self.log.get();
-        // The log shares the entry's copy of the target.
-        let (path, logged_path) = match log {
-            Some(_) => (path.clone(), Some(path)),
-            None => (path, None),
-        };
-        let entry = Entry {
+        let entry = |path| Entry {
             at,
             path,
             ban,
@@ -333,10 +327,16 @@ impl History {
             flags,
             rank: seen.rank,
         };
-        let stored = self
-            .clients
-            .store(seen.client, entry, agent.as_deref(), log.is_some());
-        let (Some(log), Some(path)) = (log, logged_path) else {
+        // The log shares the entry's copy of the target.
+        let stored = self.clients.store(
+            seen.client,
+            at,
+            target,
+            entry,
+            agent.as_deref(),
+            log.is_some(),
+        );
+        let (Some(log), Some(path)) = (log, stored.path) else {
             return;
         };
         if blocked && !stored.raw_line {

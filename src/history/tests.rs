@@ -1008,6 +1008,9 @@ fn addresses_and_times_are_written_as_their_display_forms() {
         1_767_225_600 * SECOND + 120_000_000,
         1_767_225_600 * SECOND + 120_000_001,
         1_767_225_601 * SECOND + 999_999_999,
+        1_767_225_601 * SECOND + 100_000_000,
+        1_767_225_601 * SECOND + 1_000,
+        1_767_225_601 * SECOND + 5,
         -5,
         9_000_000_000 * SECOND + 7,
     ];
