@@ -276,7 +276,8 @@ impl History {
 
     /// Records a request once its answer is known. Holds one shard lock for the update (and
     /// the window lock for blocked requests), never across an await; allocates the entry's
-    /// path and nothing else in the common case.
+    /// path, unless its client asked for the same one last, and nothing else in the common
+    /// case.
     pub(crate) fn record(&self, arrival: Arrival, seen: Seen<'_>) {
         let now = self.now();
         let at = now.saturating_sub(crate::abuse::nanos(seen.latency));

@@ -238,6 +238,27 @@ fn methods_targets_and_browsers_are_bounded() {
 }
 
 #[test]
+fn a_target_asked_for_again_shares_the_copy_kept_of_it() {
+    let lab = Lab::new();
+    for target in ["/poll", "/poll", "/other", "/poll"] {
+        lab.request("203.0.113.5", target, 200);
+    }
+    let client = ip("203.0.113.5");
+    let shard = lab.history.clients.shard(client).lock();
+    let entries = &shard.get(client).unwrap().entries;
+    let paths: Vec<&Arc<str>> = entries.iter().map(|entry| &entry.path).collect();
+    assert_eq!(
+        paths.iter().map(|p| &***p).collect::<Vec<_>>(),
+        ["/poll", "/poll", "/other", "/poll"]
+    );
+    assert!(Arc::ptr_eq(paths[0], paths[1]), "the same target, one copy");
+    assert!(
+        !Arc::ptr_eq(paths[1], paths[3]),
+        "only the latest one is compared"
+    );
+}
+
+#[test]
 fn quiet_successes_are_skipped_but_their_refusals_are_kept() {
     let lab = Lab::new();
     lab.request_with("203.0.113.5", "/static/app.js", 200, None, true, |_| {});
