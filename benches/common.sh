@@ -71,8 +71,9 @@ stop_and_clean_up() {
 # Prints Concert's arguments as the load scripts run it, with a cap that never binds: listening
 # on 127.0.0.1:$1, in front of the origin on 127.0.0.1:$2, with $3 workers; one per line, for
 # `mapfile`.
-# CONCERT_EXTRA_ARGS adds flags (split on spaces), e.g. "-history-log /tmp/h.jsonl" to count
-# what writing the request history costs.
+# CONCERT_EXTRA_ARGS adds flags (split on spaces), e.g. "-history-log off". (To count what
+# writing the request history costs, `benches/instructions.sh` takes HISTORY_LOG=1, which gives
+# every run a fresh file: a file kept from run to run would be read back at each start.)
 concert_bench_args() {
   printf '%s\n' -listen "127.0.0.1:$1" -upstream "http://127.0.0.1:$2" -cap 1000000 -max-queue 0 \
     -access-log=false -data-dir "" -workers "$3"

@@ -10,6 +10,7 @@
 #   CONCERT=/tmp/old-concert bash benches/instructions.sh # any other binary, for an A/B
 #   SMALL=1000 LARGE=5000 bash benches/instructions.sh
 #   OTHERS=0 bash benches/instructions.sh                 # Concert only, without nginx and HAProxy
+#   HISTORY_LOG=1 OTHERS=0 bash benches/instructions.sh   # with the request history written to a file
 #
 # Modes: `cookieless` (every request gets a new admission pass, as with wrk) and `with pass`
 # (each connection returns the cookies it was given, as a browser does). Counts include only
@@ -29,6 +30,7 @@ CONCERT_PORT=${CONCERT_PORT:-18183}
 NGINX_PORT=${NGINX_PORT:-18181}
 HAPROXY_PORT=${HAPROXY_PORT:-18182}
 OTHERS=${OTHERS:-1}
+HISTORY_LOG=${HISTORY_LOG:-0}
 
 install_missing valgrind:valgrind nginx:nginx-light
 [ "$OTHERS" = 0 ] || install_missing haproxy:haproxy
@@ -57,6 +59,9 @@ instructions_of() {
   local requests=$1 port=$2 out pid count
   shift 2
   out=$(mktemp "$work/callgrind.XXXXXX")
+  # Every run starts without a history log: one left by the run before would be read back at
+  # start, and the longer run would be charged for reading more.
+  rm -f "$work"/history.jsonl*
   valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >"$work/server.log" 2>&1 &
   pid=$!
   # valgrind takes a few seconds to start the program.
@@ -80,6 +85,9 @@ per_request() {
 
 echo "instructions per proxied page ($SMALL and $LARGE requests, one worker; $CONCERT)"
 mapfile -t concert_args < <(concert_bench_args "$CONCERT_PORT" "$ORIGIN_PORT" 1)
+if [ "$HISTORY_LOG" = 1 ]; then
+  concert_args+=(-history-log "$work/history.jsonl")
+fi
 for mode in cookieless "with pass"; do
   exchange_flags=()
   [ "$mode" = "with pass" ] && exchange_flags=(--keep-cookies)

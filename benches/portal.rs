@@ -2,8 +2,10 @@
 //! Queue fragment with 500 visitors listed (the most it shows), the Bans fragment with 1,000
 //! bans, the Visitors fragment with the request history full (4,096 clients, a quarter of them
 //! banned) and the Ban log with 1,000 windows, each one whole request to a running portal on
-//! loopback (session check, listing, rendering, JSON). What five operators polling cost follows
-//! from these: five requests every three seconds.
+//! loopback (session check, listing, rendering, JSON) for a page of 100 rows, the largest page
+//! size offered. Every address is in the IPtoASN file the portal is given, so each row's
+//! lookup, flag and badges are measured too. What five operators polling cost follows from
+//! these: five requests every three seconds.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -44,7 +46,7 @@ fn history_log(dir: &std::path::Path) -> std::path::PathBuf {
         .as_nanos() as i64;
     for request in 0..REQUESTS_EACH {
         for index in 0..HISTORY_CLIENTS {
-            let ip = Ipv4Addr::from(0xc633_6400 + index);
+            let ip = Ipv4Addr::from(HISTORY_FIRST + index);
             let at =
                 now - i64::from(HISTORY_CLIENTS * (REQUESTS_EACH - request) - index) * 100_000_000;
             let at = concert::abuse::record::WallTime(at);
@@ -59,9 +61,41 @@ fn history_log(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
+/// The first address of the request history's clients (and of the bans).
+const HISTORY_FIRST: u32 = 0xc633_6400;
+/// The first address of the visitors in line.
+const LINE_FIRST: u32 = 0x0a00_0000;
+
+/// An IPtoASN combined file covering every address the benchmark shows: the history's clients
+/// and the bans in /24s of networks in different countries, the line in one network.
+fn ip_to_asn(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write as _;
+    let path = dir.join("ip2asn-combined.tsv");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    // In address order, as the file must be.
+    let first = Ipv4Addr::from(LINE_FIRST);
+    let last = Ipv4Addr::from(LINE_FIRST + 0xffff);
+    writeln!(file, "{first}\t{last}\t64999\tNL\tBench Line Network").unwrap();
+    let countries = ["LT", "US", "DE", "FR", "NL", "SE", "JP", "BR"];
+    for block in 0..HISTORY_CLIENTS.div_ceil(256) {
+        let first = Ipv4Addr::from(HISTORY_FIRST + block * 256);
+        let last = Ipv4Addr::from(HISTORY_FIRST + block * 256 + 255);
+        let country = countries[block as usize % countries.len()];
+        writeln!(
+            file,
+            "{first}\t{last}\t{}\t{country}\tBench Network {block}",
+            64_500 + block
+        )
+        .unwrap();
+    }
+    file.flush().unwrap();
+    path
+}
+
 async fn start() -> Running {
     let history_dir = tempfile::tempdir().unwrap();
     let history = history_log(history_dir.path());
+    let ip_data = ip_to_asn(history_dir.path());
     let argv: Vec<String> = [
         "-upstream",
         "http://127.0.0.1:9",
@@ -78,14 +112,17 @@ async fn start() -> Running {
     .iter()
     .map(|arg| arg.to_string())
     .collect();
-    let env = HashMap::from([("CONCERT_PORTAL_PASS".to_string(), PASS.to_string())]);
+    let env = HashMap::from([
+        ("CONCERT_PORTAL_PASS".to_string(), PASS.to_string()),
+        ("NADDR_DATA".to_string(), ip_data.display().to_string()),
+    ]);
     let Ok(Loaded::Run(config)) = config::load(&argv, &env) else {
         panic!("the benchmark's configuration is refused");
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let concert = concert::start(*config, Some(listener)).await.unwrap();
     let room = &concert.app.room;
-    let client_at = |index: u32| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + index));
+    let client_at = |index: u32| IpAddr::V4(Ipv4Addr::from(LINE_FIRST + index));
     let Decision::Admit(admission) = room.arrive(Arrival {
         ticket_cookie: None,
         pass_cookie: None,
@@ -105,7 +142,7 @@ async fn start() -> Running {
         assert!(matches!(waiting, Decision::Wait(_)));
     }
     for index in 0..1000u32 {
-        let target = BanTarget::Single(IpAddr::V4(Ipv4Addr::from(0xc633_6400 + index)));
+        let target = BanTarget::Single(IpAddr::V4(Ipv4Addr::from(HISTORY_FIRST + index)));
         concert
             .app
             .abuse
@@ -178,6 +215,28 @@ fn fragments(c: &mut Criterion) {
             answer.bytes().await.unwrap()
         })
     };
+    // The IPtoASN file is loaded off the async workers just after the start.
+    let described = |path: &str| {
+        let page = fetch(path);
+        let page: serde_json::Value = serde_json::from_slice(&page).unwrap();
+        let html = page["html"].as_str().unwrap_or_default();
+        html.matches("ip-network").count()
+    };
+    let loading_since = std::time::Instant::now();
+    while described("/api/frag/queue?size=100") < 100 {
+        assert!(
+            loading_since.elapsed() < Duration::from_secs(30),
+            "the IPtoASN file is not loaded"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for path in [
+        "/api/frag/bans?size=100",
+        "/api/frag/visitors?size=100",
+        "/api/frag/banlog?size=100",
+    ] {
+        assert_eq!(described(path), 100, "every row of {path} has its network");
+    }
     let listed = fetch("/api/frag/queue?size=100");
     assert!(
         std::str::from_utf8(&listed)

@@ -504,6 +504,7 @@ async fn kill_9_keeps_the_history_up_to_the_last_flush() {
     std::fs::write(&log, torn).unwrap();
 
     let concert = start(&origin, &[&data_arg(dir.path()), "-ban-paths", "/.env"]).await;
+    assert_eq!(concert.app.history.unreadable_lines(), 1, "the torn line");
     let restored = detail(&concert, client);
     assert_eq!(paths(&restored), ["/c", "/.env", "/b", "/a"]);
     assert!(restored.entries[0].blocked && restored.entries[1].triggered_ban);
@@ -519,4 +520,122 @@ async fn kill_9_keeps_the_history_up_to_the_last_flush() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("\"ip\":\"203.0.1\n"));
     assert!(lines(&log).iter().any(|l| l["path"] == "/d"));
+}
+
+/// Where the writer starts a new file (64 MiB).
+const ROTATE_AT: u64 = 64 * 1024 * 1024;
+
+/// A history.jsonl just under [`ROTATE_AT`] without writing 64 MiB of requests: a few request
+/// lines from `client`, dated now, each padded to about 1 MB with the blanks JSON allows
+/// before a value, which reading back skips. Returns the paths logged.
+fn nearly_full_log(path: &Path, client: &str, room_left: u64) -> Vec<String> {
+    use std::io::Write as _;
+    const LINE: u64 = 1_000_000;
+    let now = concert::abuse::record::WallTime(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64,
+    );
+    let size = ROTATE_AT - room_left;
+    let mut lengths = vec![LINE; (size / (LINE + 1)) as usize];
+    lengths.push(size - lengths.len() as u64 * (LINE + 1) - 1);
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut paths = Vec::new();
+    for (n, length) in lengths.into_iter().enumerate() {
+        let logged = format!("/before-{n}");
+        let line = format!(
+            r#"{{"t":"req","at":"{now}","ip":"{client}","method":"GET","path":"{logged}","status":200}}"#
+        );
+        let blanks = usize::try_from(length).unwrap() - line.len();
+        file.write_all(" ".repeat(blanks).as_bytes()).unwrap();
+        writeln!(file, "{line}").unwrap();
+        paths.push(logged);
+    }
+    file.flush().unwrap();
+    drop(file);
+    assert_eq!(std::fs::metadata(path).unwrap().len(), size);
+    paths
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_rotated_just_before_kill_9_reads_back_from_both_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history.jsonl");
+    let earlier = "198.51.100.1";
+    // Room for one request line of this test's length, not two.
+    let mut before = nearly_full_log(&log, earlier, 200);
+    before.reverse();
+    let origin = origins::fast_origin();
+    let port = free_port();
+    let started = std::time::Instant::now();
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "-listen",
+            &format!("127.0.0.1:{port}"),
+            "-upstream",
+            &origin.url(),
+            &data_arg(dir.path()),
+        ])
+        .env("CONCERT_ADMIT_SECRET", "k".repeat(40))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut up = false;
+    for _ in 0..400 {
+        if plain_client()
+            .get(format!("{base}/_room/healthz"))
+            .send()
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "the binary serves");
+    let replayed_in = started.elapsed();
+    let client = "203.0.113.99";
+    let after: Vec<String> = (1..=5).map(|n| format!("/after-{n}")).collect();
+    for path in &after {
+        plain_client()
+            .get(format!("{base}{path}"))
+            .header("x-forwarded-for", client)
+            .send()
+            .await
+            .unwrap();
+    }
+    // A flush (every second), then the crash.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let rotated = dir.path().join("history.jsonl.1");
+    let old_size = std::fs::metadata(&rotated)
+        .expect("the log was rotated")
+        .len();
+    assert!(old_size <= ROTATE_AT, "{old_size}");
+    let old_text = std::fs::read_to_string(&rotated).unwrap();
+    assert!(old_text.contains("/after-1\"") && !old_text.contains("/after-2\""));
+    let new_paths: Vec<String> = lines(&log)
+        .iter()
+        .filter_map(|line| line["path"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(new_paths, after[1..], "the new file holds the rest");
+
+    let concert = start(&origin, &[&data_arg(dir.path())]).await;
+    let mut expected = after.clone();
+    expected.reverse();
+    assert_eq!(paths(&detail(&concert, client)), expected);
+    assert_eq!(paths(&detail(&concert, earlier)), before);
+    assert_eq!(concert.app.history.unreadable_lines(), 0);
+    concert.shutdown().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "replaying 64 MiB took {replayed_in:?} at the first start, {:?} in all",
+        started.elapsed()
+    );
 }

@@ -269,7 +269,7 @@ async fn with_polling_off_the_file_is_loaded_once() {
 }
 
 /// A naddr service on loopback, under `/naddr` and at the root, that answers by address: two
-/// known ones, a 404, a 500, an answer too large to read, and one that never answers.
+/// known ones, a 404, a 500, answers of 64 KiB and just over, and ones that never answer.
 struct NaddrStub {
     addr: SocketAddr,
     requests: Arc<AtomicU64>,
@@ -280,6 +280,20 @@ const STUB_NOT_FOUND: &str = "192.0.2.1";
 const STUB_BROKEN: &str = "192.0.2.99";
 const STUB_HUGE: &str = "192.0.2.88";
 const STUB_STALLED: &str = "192.0.2.77";
+/// Answers of exactly the most a lookup reads (64 KiB), and one byte more.
+const STUB_FULL_SIZE: &str = "192.0.2.64";
+const STUB_ONE_BYTE_OVER: &str = "192.0.2.65";
+/// Every address in 10.0.0.0/8 stalls like [`STUB_STALLED`].
+const STALLED_NET: u32 = 0x0a00_0000;
+
+/// A JSON answer of exactly `size` bytes, padded in its description.
+fn answer_of_size(size: usize) -> Response {
+    let head = r#"{"success":true,"country_code":"LT","asn":64500,"routed":true,"description":""#;
+    let tail = r#""}"#;
+    let body = format!("{head}{}{tail}", "x".repeat(size - head.len() - tail.len()));
+    assert_eq!(body.len(), size);
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
 
 impl NaddrStub {
     async fn start() -> NaddrStub {
@@ -351,7 +365,17 @@ async fn answer(
         STUB_HUGE => {
             axum::Json(json!({"success": true, "description": "x".repeat(100_000)})).into_response()
         }
+        STUB_FULL_SIZE => answer_of_size(64 * 1024),
+        STUB_ONE_BYTE_OVER => answer_of_size(64 * 1024 + 1),
         STUB_STALLED => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            StatusCode::GATEWAY_TIMEOUT.into_response()
+        }
+        other
+            if other
+                .parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|v4| u32::from(v4) >> 24 == STALLED_NET >> 24) =>
+        {
             tokio::time::sleep(Duration::from_secs(30)).await;
             StatusCode::GATEWAY_TIMEOUT.into_response()
         }
@@ -474,6 +498,70 @@ async fn lookups_never_block_on_a_stalled_service() {
         "stop waits for no stalled lookup"
     );
     drop(stub);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_64_kib_is_not_read_and_counts_as_a_failure() {
+    let stub = NaddrStub::start().await;
+    let info = IpInfo::from_env(&stub.env());
+    let warmed = info
+        .warm(
+            &[ip(STUB_FULL_SIZE), ip(STUB_ONE_BYTE_OVER)],
+            Instant::now() + WARM_BUDGET,
+        )
+        .await;
+    assert_eq!(warmed[0].status, Status::Found, "64 KiB is read");
+    assert!(warmed[0].description.len() > 65_000);
+    assert_eq!(
+        warmed[1].status,
+        Status::Unavailable,
+        "one byte more is not"
+    );
+    assert_eq!(info.stats().failed_lookups, 1);
+    info.stop().await;
+}
+
+#[tokio::test]
+async fn a_service_that_never_answers_is_given_up_on_after_three_seconds() {
+    let stub = NaddrStub::start().await;
+    let info = IpInfo::from_env(&stub.env());
+    // Paused, the clock jumps to the next timer whenever nothing else can run: the lookup's
+    // own limit, long before the stub's 30 s.
+    tokio::time::pause();
+    let asked = Instant::now();
+    let warmed = info
+        .warm(&[ip(STUB_STALLED)], asked + Duration::from_secs(60))
+        .await;
+    let waited = asked.elapsed();
+    assert_eq!(warmed[0].status, Status::Unavailable);
+    assert_eq!(info.stats().failed_lookups, 1);
+    assert!(
+        waited >= Duration::from_secs(3) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    assert_eq!(stub.requests(), 1);
+    info.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_eight_lookups_run_and_1024_wait_beyond_that_none_is_started() {
+    let stub = NaddrStub::start().await;
+    let info = IpInfo::from_env(&stub.env());
+    let stalled = |n: u32| IpAddr::V4(std::net::Ipv4Addr::from(STALLED_NET + n));
+    for n in 0..1024 {
+        assert_eq!(info.lookup(stalled(n)).status, Status::Pending, "{n}");
+    }
+    // The 1,025th is not looked up at all, and not remembered as failed either.
+    assert_eq!(info.lookup(stalled(1024)).status, Status::Unavailable);
+    assert_eq!(info.lookup(stalled(1024)).status, Status::Unavailable);
+    assert_eq!(info.stats().cached, 0);
+    wait_until("eight lookups at the service", || stub.requests() == 8).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stub.requests(), 8, "no more than eight at once");
+    assert_eq!(info.stats().failed_lookups, 0);
+    let stopping = Instant::now();
+    info.stop().await;
+    assert!(stopping.elapsed() < Duration::from_secs(2));
 }
 
 #[tokio::test]

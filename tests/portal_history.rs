@@ -714,3 +714,149 @@ async fn a_removal_with_a_ban_is_named_in_the_history_and_turns_the_row_red() {
     origin.release(10);
     let _ = holder.await;
 }
+
+/// A naddr service on loopback that knows two addresses and takes 150 ms over each answer,
+/// so a table that did not wait for it would show them bare; it never answers for
+/// [`STALLED`].
+async fn slow_naddr() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    async fn answer(
+        axum::extract::Query(query): axum::extract::Query<
+            std::collections::HashMap<String, String>,
+        >,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse as _;
+        let asked = query.get("addr").map(String::as_str);
+        let wait = if asked == Some(STALLED) { 30_000 } else { 150 };
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let (country, code, asn, network, range) = match query.get("addr").map(String::as_str) {
+            Some("45.138.12.24") => (
+                "Lithuania",
+                "LT",
+                218785,
+                "UAB Cherry Servers",
+                "45.138.12.0/24",
+            ),
+            Some("2001:1948::") => ("United States", "US", 11537, "Internet2", "2001:1948::/32"),
+            _ => return http::StatusCode::NOT_FOUND.into_response(),
+        };
+        axum::Json(json!({
+            "success": true, "country": country, "country_code": code, "asn": asn,
+            "description": network, "routed": true, "range4": range, "range6": range,
+        }))
+        .into_response()
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = axum::Router::new().route("/ip", axum::routing::get(answer));
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    (addr, server)
+}
+
+const STALLED: &str = "192.0.2.77";
+
+#[tokio::test]
+async fn with_a_naddr_service_the_first_view_of_a_table_already_has_the_details() {
+    let (naddr, server) = slow_naddr().await;
+    let origin = origins::fast_origin();
+    let service = format!("http://{naddr}");
+    let operator = signed_in(&origin, &[], &[("NADDR_ADDR", service.as_str())]).await;
+    operator.visit("/lt", "45.138.12.24").await;
+    let (html, _) = operator.html("/api/frag/visitors").await;
+    assert!(
+        html.contains("🇱🇹") && html.contains("AS218785 · UAB Cherry Servers"),
+        "{html}"
+    );
+    // The ban log's first view, of an address no page has shown yet: a client's /64.
+    operator.ban("2001:1948::5", "1h").await;
+    let (log, _) = operator.html("/api/frag/banlog").await;
+    assert!(
+        log.contains("2001:1948::/64") && log.contains("🇺🇸") && log.contains("Internet2"),
+        "{log}"
+    );
+
+    // A service that does not answer holds a page no longer than the budget (600 ms), well
+    // before its lookups give up (3 s); the address shows bare and fills in later.
+    operator.visit("/stalled", STALLED).await;
+    let asked = std::time::Instant::now();
+    let (html, _) = operator.html("/api/frag/visitors?q=192.0.2.77").await;
+    let took = asked.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_millis(2_500),
+        "{took:?}"
+    );
+    assert!(
+        html.contains(STALLED) && !html.contains("ip-network"),
+        "{html}"
+    );
+    server.abort();
+}
+
+#[tokio::test]
+async fn an_ipv6_64_is_one_client_and_carries_no_range_badge() {
+    let origin = origins::fast_origin();
+    let operator = signed_in(&origin, &[], &[]).await;
+    operator.ban("2001:db8:1:2::7", "1h").await;
+    for path in ["/api/frag/banlog", "/api/frag/bans"] {
+        let (html, _) = operator.html(path).await;
+        assert!(html.contains("2001:db8:1:2::/64"), "{path}: {html}");
+        assert!(html.contains("ip-badge-v6"), "{path}: {html}");
+        assert!(!html.contains(">range<"), "{path}: {html}");
+    }
+    // A wider IPv6 network is a range.
+    operator.ban("2001:db8:9::/48", "1h").await;
+    let (html, _) = operator.html("/api/frag/banlog?q=2001:db8:9").await;
+    assert!(
+        html.contains("2001:db8:9::/48") && html.contains(">range<"),
+        "{html}"
+    );
+}
+
+#[tokio::test]
+async fn the_visitors_summary_counts_the_clients_forgotten_to_make_room() {
+    use std::io::Write as _;
+    const CLIENTS: u32 = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history.jsonl");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&log).unwrap());
+    for index in 0..CLIENTS {
+        let at = concert::abuse::record::WallTime(now - i64::from(CLIENTS - index) * 1_000_000);
+        let ip = std::net::Ipv4Addr::from(0x0a00_0000 + index);
+        writeln!(
+            file,
+            r#"{{"t":"req","at":"{at}","ip":"{ip}","method":"GET","path":"/p","status":200}}"#
+        )
+        .unwrap();
+    }
+    file.flush().unwrap();
+    drop(file);
+    let origin = origins::fast_origin();
+    let operator = signed_in(&origin, &["-history-log", log.to_str().unwrap()], &[]).await;
+    let (_, fragment) = operator.get("/api/frag/visitors").await;
+    let summary = fragment["summary"].as_str().unwrap();
+    let number_before = |words: &str| -> u64 {
+        let end = summary
+            .find(words)
+            .unwrap_or_else(|| panic!("{words}: {summary}"));
+        let start = summary[..end].rfind(' ').map_or(0, |at| at + 1);
+        summary[start..end].parse().unwrap()
+    };
+    let recorded = number_before(" addresses recorded");
+    let forgotten = number_before(" forgotten to make room");
+    assert!(recorded <= 4_096 && forgotten >= 904, "{summary}");
+    assert_eq!(recorded + forgotten, u64::from(CLIENTS), "{summary}");
+
+    // Without anyone forgotten, the summary says nothing of it.
+    let fresh = signed_in(&origin, &[], &[]).await;
+    fresh.visit("/", "203.0.113.1").await;
+    let (_, fragment) = fresh.get("/api/frag/visitors").await;
+    assert!(
+        !fragment["summary"].as_str().unwrap().contains("forgotten"),
+        "{fragment}"
+    );
+}

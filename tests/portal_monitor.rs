@@ -384,3 +384,42 @@ async fn a_line_that_waits_is_reported_as_moving_or_not_by_its_detail() {
     origin.release(10);
     holder.await.unwrap();
 }
+
+#[tokio::test]
+async fn lines_of_the_history_log_that_could_not_be_read_back_are_told() {
+    let origin = origins::fast_origin();
+    let data = tempfile::tempdir().unwrap();
+    let recent = concert::abuse::record::WallTime(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64,
+    );
+    std::fs::write(
+        data.path().join("history.jsonl"),
+        format!(
+            "{{\"t\":\"req\",\"at\":\"{recent}\",\"ip\":\"203.0.113.5\",\"method\":\"GET\",\"path\":\"/kept\",\"status\":200}}\n\
+             not a line of the log\n\
+             {{\"t\":\"req\",\"at\":\"{recent}\",\"ip\":\"203.0.1"
+        ),
+    )
+    .unwrap();
+    let data_dir = format!("-data-dir={}", data.path().display());
+    let monitored = monitored(&origin.url(), &[&data_dir]).await;
+    assert!(
+        monitored
+            .running
+            .app
+            .history
+            .client("203.0.113.5".parse().unwrap())
+            .is_some()
+    );
+    let monitor = monitored.monitor().await;
+    assert_eq!(monitor["history"]["unreadable_lines"], 2);
+    let told = " · 2 unreadable line(s) skipped at start";
+    let status = monitor["history"]["status"].as_str().unwrap();
+    assert!(status.ends_with(told), "{status}");
+    let log = health(&monitor, "History log");
+    assert_eq!(log["ok"], true, "{log}");
+    assert!(log["detail"].as_str().unwrap().ends_with(told), "{log}");
+}

@@ -209,6 +209,8 @@ pub(super) struct Stored {
     pub other_agent: bool,
     /// A blocked request still within the raw lines of its window.
     pub raw_line: bool,
+    /// The kept copy of the request's target, when asked for the log.
+    pub path: Option<Arc<str>>,
 }
 
 const NIL: u32 = u32::MAX;
@@ -329,21 +331,21 @@ impl Shard {
     }
 
     /// The slot of `ip`'s client, created when missing; makes room first when the shard is
-    /// full. Returns the client pushed out for it, for the caller to drop once the lock is
-    /// released (a hundred entries take a while to free).
-    fn slot_for(&mut self, ip: IpAddr, at: i64) -> (u32, Option<Client>) {
+    /// full. The client pushed out for it goes to `evicted`, for the caller to drop once the
+    /// lock is released (a hundred entries take a while to free); a large value is not moved
+    /// in and out on every request for that.
+    fn slot_for(&mut self, ip: IpAddr, at: i64, evicted: &mut Option<Client>) -> u32 {
         let bits = ip_bits(ip);
         if let Some(slot) = self.index.get(&bits) {
-            return (*slot, None);
+            return *slot;
         }
-        let mut evicted = None;
         if self.index.len() >= PER_SHARD {
             let victim = match self.lists[0].head {
                 NIL => self.lists[1].head,
                 head => head,
             };
             if victim != NIL {
-                evicted = self.remove(victim);
+                *evicted = self.remove(victim);
             }
         }
         let client = Some(Client::new(ip, at));
@@ -364,7 +366,7 @@ impl Shard {
         };
         self.index.insert(bits, slot);
         self.push_back(slot, 0);
-        (slot, evicted)
+        slot
     }
 
     /// Takes out the clients `keep` refuses.
@@ -422,19 +424,32 @@ impl Clients {
         self.shards.iter().map(|shard| shard.lock().len()).sum()
     }
 
-    /// Stores one request of `ip`. `agent` is the request's browser as kept; `for_log` asks
-    /// for its kept text back.
+    /// Stores one request of `ip` for `target` (path and query), made by `entry` from the
+    /// kept copy of the target. `agent` is the request's browser as kept; `for_log` asks for
+    /// the kept texts back.
     pub(super) fn store(
         &self,
         ip: IpAddr,
-        mut entry: Entry,
+        at: i64,
+        target: &str,
+        entry: impl FnOnce(Arc<str>) -> Entry,
         agent: Option<&str>,
         for_log: bool,
     ) -> Stored {
         let mut shard = self.shard(ip).lock();
-        let (slot, evicted) = shard.slot_for(ip, entry.at);
+        let mut evicted = None;
+        let slot = shard.slot_for(ip, at, &mut evicted);
         let mut stored = Stored::default();
         if let Some(client) = shard.client_mut(slot) {
+            // A client asking for the same again (polling, a flood) shares the copy it has.
+            let path = match client.entries.back() {
+                Some(last) if *last.path == *target => Arc::clone(&last.path),
+                _ => Arc::from(target),
+            };
+            if for_log {
+                stored.path = Some(Arc::clone(&path));
+            }
+            let mut entry = entry(path);
             client.seen_at(entry.at);
             client.requests += 1;
             if entry.blocked() {
@@ -472,11 +487,12 @@ impl Clients {
         }
         shard.touch(slot);
         drop(shard);
-        self.count_eviction(evicted);
+        self.count_eviction(&evicted);
         stored
     }
 
-    fn count_eviction(&self, evicted: Option<Client>) {
+    /// Counts a client pushed out; the caller drops it after the shard's lock.
+    fn count_eviction(&self, evicted: &Option<Client>) {
         if evicted.is_some() {
             self.evicted.fetch_add(1, Ordering::Relaxed);
         }
@@ -485,7 +501,8 @@ impl Clients {
     /// Adds `count` blocked requests summed up in the log (replay).
     pub(super) fn store_summed(&self, ip: IpAddr, at: i64, count: u64) {
         let mut shard = self.shard(ip).lock();
-        let (slot, evicted) = shard.slot_for(ip, at);
+        let mut evicted = None;
+        let slot = shard.slot_for(ip, at, &mut evicted);
         if let Some(client) = shard.client_mut(slot) {
             client.seen_at(at);
             client.requests += count;
@@ -493,7 +510,7 @@ impl Clients {
         }
         shard.touch(slot);
         drop(shard);
-        self.count_eviction(evicted);
+        self.count_eviction(&evicted);
     }
 
     /// Marks the request of `ip` made at `at` to `path` as the trigger of window `ban`, unless

@@ -238,21 +238,22 @@ fn push_time(out: &mut Vec<u8>, nanos: i64) {
     out.push(b'Z');
 }
 
-/// `.123456789` with trailing zeros trimmed, nothing for zero.
-fn push_fraction(out: &mut Vec<u8>, mut fraction: u32) {
+/// `.123456789` (`fraction` is below 10⁹) with trailing zeros trimmed, nothing for zero.
+fn push_fraction(out: &mut Vec<u8>, fraction: u32) {
     if fraction == 0 {
         return;
     }
-    let mut digits = [b'.'; 10];
-    for slot in digits[1..].iter_mut().rev() {
-        *slot = b'0' + (fraction % 10) as u8;
-        fraction /= 10;
-    }
-    let mut end = digits.len();
-    while digits[end - 1] == b'0' {
-        end -= 1;
-    }
-    out.extend_from_slice(&digits[..end]);
+    // Two digits at a time, as itoa does, rather than nine divisions by ten.
+    let mut buffer = itoa::Buffer::new();
+    let digits = buffer.format(fraction.min(999_999_999)).as_bytes();
+    let zeros = digits
+        .iter()
+        .rev()
+        .take_while(|digit| **digit == b'0')
+        .count();
+    out.push(b'.');
+    out.extend_from_slice(&b"00000000"[..9 - digits.len()]);
+    out.extend_from_slice(&digits[..digits.len() - zeros]);
 }
 
 /// An address as text; IPv4 by hand, being nearly every line.

@@ -132,6 +132,8 @@ pub struct History {
     pending: AtomicUsize,
     log: OnceLock<Log>,
     limits: LogLimits,
+    /// Lines of the log that could not be read back at start.
+    unreadable_lines: AtomicU64,
 }
 
 impl History {
@@ -149,6 +151,7 @@ impl History {
             pending: AtomicUsize::new(0),
             log: OnceLock::new(),
             limits: LogLimits::default(),
+            unreadable_lines: AtomicU64::new(0),
         }
     }
 
@@ -162,8 +165,14 @@ impl History {
     /// writer and squares the windows with the bans the registry has now. Never fails: a log
     /// that cannot be read or written is reported and the history carries on in memory.
     pub fn start(&self, path: Option<PathBuf>) {
-        if let Some(path) = &path {
-            let report = replay::replay(self, path, self.limits.keep);
+        let report = path
+            .as_deref()
+            .map(|path| replay::replay(self, path, self.limits.keep));
+        self.forget_old();
+        // The log may hold more windows than are kept.
+        let trimmed = self.windows.lock().trim(self.now());
+        if let (Some(path), Some(report)) = (&path, report) {
+            self.unreadable_lines.store(report.bad, Ordering::Relaxed);
             if report.lines > 0 || report.bad > 0 {
                 tracing::info!(
                     path = %path.display(),
@@ -171,11 +180,11 @@ impl History {
                     lines = report.lines,
                     skipped_old = report.old,
                     bad = report.bad,
+                    windows_trimmed = trimmed,
                     "request history read back"
                 );
             }
         }
-        self.forget_old();
         match path {
             None => tracing::info!("request history kept in memory only"),
             Some(path) => match Log::start(path.clone(), self.limits) {
@@ -209,7 +218,16 @@ impl History {
 
     /// The log's path and counts, or `None` when the history is kept in memory only.
     pub fn log_status(&self) -> Option<LogStatus> {
-        self.log.get().map(Log::status)
+        self.log.get().map(|log| LogStatus {
+            unreadable: self.unreadable_lines(),
+            ..log.status()
+        })
+    }
+
+    /// Lines of the log skipped at start because they could not be read: too long, not
+    /// JSON, or missing what their kind needs (a crash can leave one, cut short).
+    pub fn unreadable_lines(&self) -> u64 {
+        self.unreadable_lines.load(Ordering::Relaxed)
     }
 
     /// Whether the history is written to a file.
@@ -258,7 +276,8 @@ impl History {
 
     /// Records a request once its answer is known. Holds one shard lock for the update (and
     /// the window lock for blocked requests), never across an await; allocates the entry's
-    /// path and nothing else in the common case.
+    /// path, unless its client asked for the same one last, and nothing else in the common
+    /// case.
     pub(crate) fn record(&self, arrival: Arrival, seen: Seen<'_>) {
         let now = self.now();
         let at = now.saturating_sub(crate::abuse::nanos(seen.latency));
@@ -285,7 +304,6 @@ impl History {
                 }),
             None => 0,
         };
-        let path: Arc<str> = Arc::from(target);
         let agent = arrival
             .agent
             .as_ref()
@@ -299,12 +317,7 @@ impl History {
                 0
             };
         let log = self.log.get();
-        // The log shares the entry's copy of the target.
-        let (path, logged_path) = match log {
-            Some(_) => (path.clone(), Some(path)),
-            None => (path, None),
-        };
-        let entry = Entry {
+        let entry = |path| Entry {
             at,
             path,
             ban,
@@ -315,10 +328,16 @@ impl History {
             flags,
             rank: seen.rank,
         };
-        let stored = self
-            .clients
-            .store(seen.client, entry, agent.as_deref(), log.is_some());
-        let (Some(log), Some(path)) = (log, logged_path) else {
+        // The log shares the entry's copy of the target.
+        let stored = self.clients.store(
+            seen.client,
+            at,
+            target,
+            entry,
+            agent.as_deref(),
+            log.is_some(),
+        );
+        let (Some(log), Some(path)) = (log, stored.path) else {
             return;
         };
         if blocked && !stored.raw_line {
@@ -432,7 +451,7 @@ impl History {
                             BanCause::Operator => OPERATOR_SOURCE.to_string(),
                             BanCause::Strikes | BanCause::BanPath => String::new(),
                         });
-                    let window = windows.open(notice.scope, notice.range, notice.until);
+                    let window = windows.open(notice.scope, notice.range, notice.until, now);
                     // A replaced ban we had no window for began before we could see it.
                     window.began = notice.fresh.then_some(now);
                     window.source = source;
@@ -620,7 +639,7 @@ impl History {
                 if known {
                     continue;
                 }
-                let window = windows.open(scope, range, until);
+                let window = windows.open(scope, range, until, now);
                 window.source = RESTORED_SOURCE.to_string();
                 events.push(Event::Ban(Box::new(state_of(window, now))));
             }

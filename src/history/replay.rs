@@ -203,9 +203,9 @@ fn apply_req(history: &History, line: &LineIn<'_>, cutoff: i64) -> Option<Applie
         }
     }
     let flags = if line.blocked { BLOCKED } else { 0 } | if line.triggered { TRIGGERED } else { 0 };
-    let entry = Entry {
+    let entry = |path| Entry {
         at,
-        path: Arc::from(target),
+        path,
         ban: line.ban,
         latency_us: u32::try_from(line.latency_us).unwrap_or(u32::MAX),
         status: line.status,
@@ -218,7 +218,7 @@ fn apply_req(history: &History, line: &LineIn<'_>, cutoff: i64) -> Option<Applie
         .ua
         .as_deref()
         .map(|ua| super::clients::truncate_chars(ua, super::AGENT_LEN));
-    history.clients.store(ip, entry, agent, false);
+    history.clients.store(ip, at, target, entry, agent, false);
     Some(Applied::Yes)
 }
 

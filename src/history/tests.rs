@@ -10,7 +10,7 @@ use ipnet::IpNet;
 
 use super::*;
 use crate::abuse::clock::ManualClock;
-use crate::abuse::{AbuseSettings, BanLength, BanTarget};
+use crate::abuse::{AbuseSettings, BanCause, BanLength, BanTarget, FOREVER};
 use crate::config::{BanPathMatcher, PathList};
 
 const SECOND: i64 = 1_000_000_000;
@@ -234,6 +234,27 @@ fn methods_targets_and_browsers_are_bounded() {
     assert_eq!(
         agents,
         ["", "a/1", "(another browser)", "d/1", "c/1", "b/1", "a/1"]
+    );
+}
+
+#[test]
+fn a_target_asked_for_again_shares_the_copy_kept_of_it() {
+    let lab = Lab::new();
+    for target in ["/poll", "/poll", "/other", "/poll"] {
+        lab.request("203.0.113.5", target, 200);
+    }
+    let client = ip("203.0.113.5");
+    let shard = lab.history.clients.shard(client).lock();
+    let entries = &shard.get(client).unwrap().entries;
+    let paths: Vec<&Arc<str>> = entries.iter().map(|entry| &entry.path).collect();
+    assert_eq!(
+        paths.iter().map(|p| &***p).collect::<Vec<_>>(),
+        ["/poll", "/poll", "/other", "/poll"]
+    );
+    assert!(Arc::ptr_eq(paths[0], paths[1]), "the same target, one copy");
+    assert!(
+        !Arc::ptr_eq(paths[1], paths[3]),
+        "only the latest one is compared"
     );
 }
 
@@ -641,6 +662,50 @@ fn idle_clients_and_old_windows_are_forgotten_after_three_days() {
     );
 }
 
+/// An operator's ban of `client` until `until`, as the registry tells the history of it.
+fn operator_ban(history: &History, client: IpAddr, until: i64) {
+    history.on_ban(&BanNotice {
+        scope: IpNet::from(client),
+        range: false,
+        until,
+        fresh: true,
+        cause: BanCause::Operator,
+    });
+}
+
+/// The `n`th of many distinct addresses (10.0.0.0 onwards).
+fn nth_address(n: u32) -> IpAddr {
+    IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n))
+}
+
+fn kept_ids(history: &History) -> Vec<u64> {
+    history.windows.lock().by_id.keys().copied().collect()
+}
+
+#[test]
+fn at_most_five_thousand_windows_are_kept_and_those_in_force_stay() {
+    let lab = Lab::new();
+    let now = lab.clock.now_nanos();
+    // Twenty permanent bans first (the oldest windows), then short ones that run out.
+    for n in 0..20 {
+        operator_ban(&lab.history, nth_address(n), FOREVER);
+    }
+    for n in 20..MAX_WINDOWS as u32 {
+        operator_ban(&lab.history, nth_address(n), now + SECOND);
+    }
+    assert_eq!(kept_ids(&lab.history).len(), MAX_WINDOWS);
+    // They ran out without anyone noticing yet: still marked active, but no longer in force.
+    lab.advance(2 * SECOND);
+    for n in 0..30 {
+        operator_ban(&lab.history, nth_address(100_000 + n), FOREVER);
+    }
+    let kept = kept_ids(&lab.history);
+    assert_eq!(kept.len(), MAX_WINDOWS);
+    assert_eq!(kept[..20], (1..=20).collect::<Vec<u64>>(), "in force: kept");
+    assert_eq!(kept[20], 51, "the oldest ended ones made room");
+    assert_eq!(*kept.last().unwrap(), MAX_WINDOWS as u64 + 30);
+}
+
 // ----- listing -----------------------------------------------------------------------------
 
 #[test]
@@ -964,6 +1029,9 @@ fn addresses_and_times_are_written_as_their_display_forms() {
         1_767_225_600 * SECOND + 120_000_000,
         1_767_225_600 * SECOND + 120_000_001,
         1_767_225_601 * SECOND + 999_999_999,
+        1_767_225_601 * SECOND + 100_000_000,
+        1_767_225_601 * SECOND + 1_000,
+        1_767_225_601 * SECOND + 5,
         -5,
         9_000_000_000 * SECOND + 7,
     ];
@@ -1216,6 +1284,16 @@ fn reading_back_skips_bad_lines_and_old_requests_but_not_old_bans() {
     let history = restarted(&lab, &path);
     let kept = history.client(ip("203.0.113.1")).unwrap();
     assert_eq!(paths(&kept.entries), ["/kept"]);
+    // Not JSON, too long, without a time, and the last one torn.
+    assert_eq!(history.unreadable_lines(), 4);
+    let status = history.log_status().unwrap();
+    assert_eq!(status.unreadable, 4);
+    assert!(
+        status
+            .to_string()
+            .ends_with(" dropped · 4 unreadable line(s) skipped at start"),
+        "{status}"
+    );
     let window = history.ban(7).expect("an old ban line still applies").ban;
     assert!(window.active && window.permanent && window.began.is_some());
     assert_eq!(window.requests, 1);
@@ -1234,6 +1312,69 @@ fn reading_back_skips_bad_lines_and_old_requests_but_not_old_bans() {
     history.close();
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"pa\n"), "torn line ended: {text}");
+}
+
+#[test]
+fn a_log_with_more_windows_than_kept_is_read_back_to_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.jsonl");
+    let now = real_now();
+    let lab = Lab::at(now);
+    let wall = |at: i64| crate::abuse::record::WallTime(at).to_string();
+    let total = MAX_WINDOWS as u64 + 1000;
+    let mut text = String::new();
+    for id in 1..=total {
+        let client = nth_address(id as u32);
+        let began = wall(now - 2 * HOUR);
+        // The first ten are permanent and still in the registry; the rest ran out, the later
+        // ones earlier, so the earliest ended are not the oldest.
+        let end = if id <= 10 {
+            lab.registry
+                .ban(BanTarget::Single(client), BanLength::Permanent)
+                .unwrap();
+            r#""permanent":true"#.to_string()
+        } else {
+            format!(r#""until":"{}""#, wall(now - id as i64 * SECOND))
+        };
+        text.push_str(&format!(
+            r#"{{"t":"ban","at":"{began}","ban":{id},"target":"{client}","scope":"{client}/32","begin":"{began}",{end}}}"#
+        ));
+        text.push('\n');
+    }
+    std::fs::write(&path, text).unwrap();
+    let history = restarted(&lab, &path);
+    let kept = kept_ids(&history);
+    assert_eq!(kept.len(), MAX_WINDOWS);
+    assert_eq!(
+        kept,
+        (1..=MAX_WINDOWS as u64).collect::<Vec<u64>>(),
+        "the windows that ended first went; those in force stayed"
+    );
+    assert!(
+        (1..=10).all(|id| history.ban(id).is_some_and(|detail| detail.ban.active)),
+        "the bans in force keep their windows"
+    );
+    // The next ban makes room for itself without passing the bound.
+    operator_ban(&history, nth_address(900_000), FOREVER);
+    let kept = kept_ids(&history);
+    assert_eq!(kept.len(), MAX_WINDOWS);
+    assert_eq!(kept[..10], (1..=10).collect::<Vec<u64>>());
+    assert_eq!(*kept.last().unwrap(), total + 1);
+    history.close();
+}
+
+#[test]
+fn a_log_file_others_could_read_is_made_private_when_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.jsonl");
+    std::fs::write(&path, "").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let lab = started(Lab::new(), &path);
+    lab.request("203.0.113.5", "/a", 200);
+    lab.history.close();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(read_lines(&path).len(), 1);
 }
 
 #[test]

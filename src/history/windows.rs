@@ -273,10 +273,10 @@ impl Windows {
     }
 
     /// Adds a window with the next id.
-    pub(super) fn open(&mut self, scope: IpNet, range: bool, until: i64) -> &mut Window {
+    pub(super) fn open(&mut self, scope: IpNet, range: bool, until: i64, now: i64) -> &mut Window {
         let id = self.next_id;
         self.next_id += 1;
-        self.make_room(id);
+        self.make_room(id, now);
         self.activate(scope, id, range);
         self.by_id
             .entry(id)
@@ -284,12 +284,13 @@ impl Windows {
     }
 
     /// Keeps at most [`MAX_WINDOWS`]: ended windows go first, oldest first, then the oldest.
-    fn make_room(&mut self, keep: u64) {
+    /// Ended ones are usually the oldest, so the look for one stops early.
+    fn make_room(&mut self, keep: u64, now: i64) {
         while self.by_id.len() >= MAX_WINDOWS {
             let ended = self
                 .by_id
                 .values()
-                .find(|w| w.id != keep && self.active.get(&w.scope) != Some(&w.id))
+                .find(|w| w.id != keep && !w.in_force(now))
                 .map(|w| w.id);
             let Some(victim) = ended.or_else(|| self.by_id.keys().copied().find(|id| *id != keep))
             else {
@@ -299,6 +300,34 @@ impl Windows {
                 self.deactivate(window.scope, victim);
             }
         }
+    }
+
+    /// Brings the windows down to [`MAX_WINDOWS`] (the log read back may hold more): ended
+    /// windows go first, the earliest ended first; windows in force only when the ended ones
+    /// are not enough, the oldest first. Returns how many went.
+    pub(super) fn trim(&mut self, now: i64) -> usize {
+        let excess = self.by_id.len().saturating_sub(MAX_WINDOWS);
+        if excess == 0 {
+            return 0;
+        }
+        // (in force, when it ended, id): ended before in force, then earliest, then oldest.
+        let mut ranked: Vec<(bool, i64, u64)> = self
+            .by_id
+            .values()
+            .map(|w| match w.ended(now) {
+                Some(ended) => (false, ended, w.id),
+                None => (true, 0, w.id),
+            })
+            .collect();
+        ranked.select_nth_unstable(excess - 1);
+        for &(_, _, id) in &ranked[..excess] {
+            if let Some(window) = self.by_id.remove(&id) {
+                self.deactivate(window.scope, id);
+            }
+        }
+        let by_id = &self.by_id;
+        self.pending.retain(|p| by_id.contains_key(&p.window));
+        excess
     }
 
     /// The window in force whose ban blocked `client`: its own address's (or /64's), its

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -72,7 +72,8 @@ struct Shared {
     closing: AtomicBool,
 }
 
-/// The log as operators see it: `<path> · <n> event(s) written · <n> dropped`.
+/// The log as operators see it: `<path> · <n> event(s) written · <n> dropped`, and
+/// ` · <n> unreadable line(s) skipped at start` when reading it back skipped any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogStatus {
     pub path: PathBuf,
@@ -80,6 +81,8 @@ pub struct LogStatus {
     pub written: u64,
     /// Events lost since start: queue full or file failing.
     pub dropped: u64,
+    /// Lines skipped when the log was read back at start.
+    pub unreadable: u64,
 }
 
 impl std::fmt::Display for LogStatus {
@@ -90,7 +93,15 @@ impl std::fmt::Display for LogStatus {
             self.path.display(),
             self.written,
             self.dropped
-        )
+        )?;
+        if self.unreadable > 0 {
+            write!(
+                f,
+                " · {} unreadable line(s) skipped at start",
+                self.unreadable
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -142,6 +153,7 @@ impl Log {
             path: self.path.clone(),
             written: self.shared.written.load(Ordering::Relaxed),
             dropped: self.shared.dropped.load(Ordering::Relaxed),
+            unreadable: 0,
         }
     }
 
@@ -409,7 +421,18 @@ impl Writer {
             .read(true)
             .mode(0o600)
             .open(&self.path)?;
-        let mut size = file.metadata()?.len();
+        let metadata = file.metadata()?;
+        // The mode above only applies to a new file; one made by hand or an older setup may
+        // let others read who visited.
+        if metadata.permissions().mode() & 0o777 != 0o600
+            && let Err(error) = file.set_permissions(fs::Permissions::from_mode(0o600))
+        {
+            tracing::warn!(
+                path = %self.path.display(),
+                "cannot make the history log private (mode 0600): {error}"
+            );
+        }
+        let mut size = metadata.len();
         // A crash can leave half a line at the end; finish it, or the next line would be
         // glued to it and lost with it.
         if size > 0 {

@@ -11,7 +11,9 @@ use http::{Response, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::fragments::{AddressCell, Fragment, TableQuery, now_ms, status_class, wall_ms};
+use super::fragments::{
+    AddressCell, Fragment, TableQuery, address_cells, now_ms, status_class, wall_ms,
+};
 use super::respond::Refusal;
 use super::{Portal, respond};
 use crate::history::{BanDetail, BanQuery, BanRow};
@@ -150,11 +152,14 @@ pub(super) async fn fragment(
         &asked_ids,
     );
     let paging = query.paging(page.total);
+    let targets: Vec<&str> = page.bans.iter().map(|ban| ban.target.as_str()).collect();
+    let cells = address_cells(&targets, &portal.ip_details).await;
     let rows: Vec<BanLogRow> = page
         .bans
         .into_iter()
-        .map(|ban| BanLogRow {
-            cell: AddressCell::of(&ban.target, &portal.ip_details),
+        .zip(cells)
+        .map(|(ban, cell)| BanLogRow {
+            cell,
             began_ms: ban.began.map(wall_ms),
             until_ms: ban.until.filter(|_| ban.ended.is_none()).map(wall_ms),
             ended_ms: ban.ended.map(wall_ms),

@@ -8,7 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use crate::ipinfo::{IpDetails, IpInfo, Status};
+use tokio::time::Instant;
+
+use crate::ipinfo::{IpDetails, IpInfo, Status, WARM_BUDGET};
 
 /// Rows per page a table may ask for; anything else gets the first.
 pub(crate) const PAGE_SIZES: [usize; 3] = [25, 50, 100];
@@ -207,24 +209,53 @@ pub(crate) struct AddressCell {
     pub range: bool,
 }
 
+/// The address a client key or range is described by (a range by its first address), and
+/// whether it is a range wider than one client (an IPv6 /64 is one client).
+fn described_by(text: &str) -> Option<(IpAddr, bool)> {
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some((ip, false));
+    }
+    let net: IpNet = text.parse().ok()?;
+    let one_client = matches!(net, IpNet::V6(v6) if v6.prefix_len() == 64)
+        || matches!(net, IpNet::V4(v4) if v4.prefix_len() == 32);
+    Some((net.network(), !one_client))
+}
+
+/// The cells of a page's addresses, in the order given (`None` for text that is no address),
+/// with their details looked up together first: while the naddr service answers, the page
+/// waits for it up to [`WARM_BUDGET`] on a timer, so its first view already shows them. With
+/// the IPtoASN file loaded, or no source, nothing waits.
+pub(crate) async fn address_cells(texts: &[&str], ip_details: &IpInfo) -> Vec<Option<AddressCell>> {
+    let described: Vec<Option<(IpAddr, bool)>> =
+        texts.iter().map(|text| described_by(text)).collect();
+    let addrs: Vec<IpAddr> = described.iter().flatten().map(|(addr, _)| *addr).collect();
+    let mut details = ip_details
+        .warm(&addrs, Instant::now() + WARM_BUDGET)
+        .await
+        .into_iter();
+    texts
+        .iter()
+        .zip(described)
+        .map(|(text, described)| {
+            let (_, range) = described?;
+            Some(AddressCell {
+                text: (*text).to_owned(),
+                details: details.next()?,
+                range,
+            })
+        })
+        .collect()
+}
+
 impl AddressCell {
     /// The cell for a client key or range as the registry writes it (`203.0.113.9`,
-    /// `2001:db8::/64`, `198.51.0.0/16`).
+    /// `2001:db8::/64`, `198.51.0.0/16`), with what is known of it now, without waiting.
     pub(crate) fn of(text: &str, ip_details: &IpInfo) -> Option<AddressCell> {
-        if let Ok(ip) = text.parse::<IpAddr>() {
-            return Some(AddressCell {
-                text: text.to_owned(),
-                details: ip_details.lookup(ip),
-                range: false,
-            });
-        }
-        let net: IpNet = text.parse().ok()?;
-        let one_client = matches!(net, IpNet::V6(v6) if v6.prefix_len() == 64)
-            || matches!(net, IpNet::V4(v4) if v4.prefix_len() == 32);
+        let (addr, range) = described_by(text)?;
         Some(AddressCell {
             text: text.to_owned(),
-            details: ip_details.lookup_net(net),
-            range: !one_client,
+            details: ip_details.lookup(addr),
+            range,
         })
     }
 

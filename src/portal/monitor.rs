@@ -338,9 +338,21 @@ fn history_health(status: Option<&crate::history::LogStatus>, dropped_recently: 
             "kept in memory only (no log file)".to_owned(),
         ),
         Some(status) => {
-            let mut detail = status.to_string();
+            let mut detail = format!(
+                "{} · {} event(s) written · {} dropped",
+                status.path.display(),
+                status.written,
+                status.dropped
+            );
             if dropped_recently > 0 {
                 detail.push_str(&format!(" · {dropped_recently} in the last minute"));
+            }
+            // Told, not held against the log now: a crash can cut the last line short.
+            if status.unreadable > 0 {
+                detail.push_str(&format!(
+                    " · {} unreadable line(s) skipped at start",
+                    status.unreadable
+                ));
             }
             verdict("History log", dropped_recently == 0, detail)
         }
@@ -515,6 +527,7 @@ pub(super) fn monitor_json(
             "path": log.as_ref().map(|status| status.path.display().to_string()),
             "written": log.as_ref().map(|status| status.written),
             "dropped": log.as_ref().map(|status| status.dropped),
+            "unreadable_lines": app.history.unreadable_lines(),
             "status": log.as_ref().map_or_else(
                 || "kept in memory only".to_owned(),
                 ToString::to_string,
@@ -640,6 +653,7 @@ mod tests {
             path: "/var/lib/concert/history.jsonl".into(),
             written: 10,
             dropped: 3,
+            unreadable: 0,
         };
         assert!(history_health(Some(&status), 0).ok, "old drops only");
         let health = history_health(Some(&status), 2);
@@ -649,5 +663,15 @@ mod tests {
             "/var/lib/concert/history.jsonl · 10 event(s) written · 3 dropped · 2 in the last minute"
         );
         assert!(history_health(None, 0).ok);
+        let torn = crate::history::LogStatus {
+            unreadable: 2,
+            ..status
+        };
+        let health = history_health(Some(&torn), 0);
+        assert!(health.ok);
+        assert_eq!(
+            health.detail,
+            "/var/lib/concert/history.jsonl · 10 event(s) written · 3 dropped · 2 unreadable line(s) skipped at start"
+        );
     }
 }

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::banlog::BanPanel;
 use super::fragments::{
-    AddressCell, Fragment, TableQuery, latency_text, now_ms, status_class, wall_ms,
+    AddressCell, Fragment, TableQuery, address_cells, latency_text, now_ms, status_class, wall_ms,
 };
 use super::respond::Refusal;
 use super::{Portal, respond};
@@ -98,7 +98,7 @@ struct VisitorRow {
 }
 
 impl VisitorRow {
-    fn of(client: ClientRow, portal: &Portal) -> VisitorRow {
+    fn of(client: ClientRow, cell: Option<AddressCell>) -> VisitorRow {
         let tint = if client.banned_now && client.ban_permanent {
             "table-danger"
         } else if client.banned_now {
@@ -109,7 +109,7 @@ impl VisitorRow {
             "table-info"
         };
         VisitorRow {
-            cell: AddressCell::of(&client.client, &portal.ip_details),
+            cell,
             tint,
             flagged: client.blocked > 0 || client.bans_triggered > 0,
             last_seen_ms: wall_ms(client.last_seen),
@@ -151,10 +151,17 @@ pub(super) async fn fragment(
         &asked_ips,
     );
     let paging = query.paging(page.total);
+    let addresses: Vec<&str> = page
+        .clients
+        .iter()
+        .map(|client| client.client.as_str())
+        .collect();
+    let cells = address_cells(&addresses, &portal.ip_details).await;
     let rows: Vec<VisitorRow> = page
         .clients
         .into_iter()
-        .map(|client| VisitorRow::of(client, &portal))
+        .zip(cells)
+        .map(|(client, cell)| VisitorRow::of(client, cell))
         .collect();
     let abuse_enabled = portal.app.abuse.enabled();
     let html = match (VisitorRows {
@@ -265,8 +272,12 @@ pub(super) async fn detail(
         })
         .collect();
     let more_bans = detail.bans.len().saturating_sub(BANS_IN_DETAIL);
+    let cell = address_cells(&[detail.client.client.as_str()], &portal.ip_details)
+        .await
+        .pop()
+        .flatten();
     let page = VisitorDetail {
-        cell: AddressCell::of(&detail.client.client, &portal.ip_details),
+        cell,
         first_seen_ms: wall_ms(detail.client.first_seen),
         last_seen_ms: wall_ms(detail.client.last_seen),
         client: detail.client,

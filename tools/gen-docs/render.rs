@@ -43,7 +43,9 @@ const IP_DETAILS: &[(&str, &str)] = &[
         "NADDR_DATA",
         "An IPtoASN combined file (`ip2asn-combined.tsv`, plain or gzip) giving each address's \
          country, network and AS in the admin portal. Loaded in the background; a file that \
-         cannot be read is retried every minute, and a damaged new copy keeps the old data.",
+         cannot be read is retried every minute, and a damaged new copy keeps the old data. \
+         Concert reads it itself: each range exactly as the file states it, a file with \
+         unsorted or overlapping ranges refused, `None` and `Unknown` codes kept as no country.",
     ),
     (
         "NADDR_DATA_POLL",
@@ -53,8 +55,9 @@ const IP_DETAILS: &[(&str, &str)] = &[
     (
         "NADDR_ADDR",
         "An naddr service (`host:port` or an http(s) URL) asked for the same details while \
-         there is no `NADDR_DATA` table; answers are cached and looked up in the background, \
-         never holding a page.",
+         there is no `NADDR_DATA` table, through the HTTP client Concert uses for its origins; \
+         answers are cached for an hour, and the Visitors and Ban log tables wait at most \
+         600 ms for the addresses they show, the rest filling in on a later refresh.",
     ),
 ];
 
