@@ -768,8 +768,13 @@ async fn with_a_naddr_service_the_first_view_of_a_table_already_has_the_details(
         html.contains("🇱🇹") && html.contains("AS218785 · UAB Cherry Servers"),
         "{html}"
     );
-    // The ban log's first view, of an address no page has shown yet: a client's /64.
+    // The bans table's first view, of an address no page has shown yet: a client's /64.
     operator.ban("2001:1948::5", "1h").await;
+    let (bans, _) = operator.html("/api/frag/bans").await;
+    assert!(
+        bans.contains("2001:1948::/64") && bans.contains("🇺🇸") && bans.contains("Internet2"),
+        "{bans}"
+    );
     let (log, _) = operator.html("/api/frag/banlog").await;
     assert!(
         log.contains("2001:1948::/64") && log.contains("🇺🇸") && log.contains("Internet2"),

@@ -10,7 +10,7 @@ use http::{Response, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::fragments::{AddressCell, Fragment, TableQuery, now_ms, wall_ms};
+use super::fragments::{AddressCell, Fragment, TableQuery, address_cells, now_ms, wall_ms};
 use super::{Portal, peer_of, read_body, respond};
 use crate::abuse::record::WallTime;
 use crate::abuse::{BanError, BanLength, BanTarget, BanView};
@@ -82,13 +82,15 @@ pub(super) async fn fragment(
     let total = bans.len();
     let paging = query.paging(total);
     let now = now_ms();
-    let rows: Vec<BanRow> = bans
-        .get(paging.start..paging.end)
-        .unwrap_or_default()
+    let shown = bans.get(paging.start..paging.end).unwrap_or_default();
+    let clients: Vec<&str> = shown.iter().map(|ban| ban.client.as_str()).collect();
+    let cells = address_cells(&clients, &portal.ip_details).await;
+    let rows: Vec<BanRow> = shown
         .iter()
-        .filter_map(|ban| {
+        .zip(cells)
+        .filter_map(|(ban, cell)| {
             Some(BanRow {
-                cell: AddressCell::of(&ban.client, &portal.ip_details)?,
+                cell: cell?,
                 permanent: ban.permanent,
                 until_ms: if ban.permanent { 0 } else { ends_ms(ban, now) },
                 offenses: ban.offenses,

@@ -248,17 +248,6 @@ pub(crate) async fn address_cells(texts: &[&str], ip_details: &IpInfo) -> Vec<Op
 }
 
 impl AddressCell {
-    /// The cell for a client key or range as the registry writes it (`203.0.113.9`,
-    /// `2001:db8::/64`, `198.51.0.0/16`), with what is known of it now, without waiting.
-    pub(crate) fn of(text: &str, ip_details: &IpInfo) -> Option<AddressCell> {
-        let (addr, range) = described_by(text)?;
-        Some(AddressCell {
-            text: text.to_owned(),
-            details: ip_details.lookup(addr),
-            range,
-        })
-    }
-
     pub(crate) fn found(&self) -> bool {
         self.details.status == Status::Found
     }

@@ -16,7 +16,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use super::fragments::{AddressCell, Fragment, TableQuery, now_ms};
+use super::fragments::{AddressCell, Fragment, TableQuery, address_cells, now_ms};
 use super::{Portal, peer_of, read_body, respond};
 use crate::abuse::{BanCause, BanError, BanTarget};
 use crate::admission::priority::Rank;
@@ -151,12 +151,21 @@ pub(super) async fn fragment(
     let total = listed.len();
     let paging = query.paging(total);
     let ids: Vec<String> = listed.iter().map(|occupant| occupant.id.clone()).collect();
-    let rows: Vec<QueueRow> = listed
+    let shown: Vec<Occupant> = listed
         .into_iter()
         .skip(paging.start)
         .take(paging.end - paging.start)
-        .map(|occupant| QueueRow {
-            cell: AddressCell::of(&occupant.client, &portal.ip_details),
+        .collect();
+    let clients: Vec<&str> = shown
+        .iter()
+        .map(|occupant| occupant.client.as_str())
+        .collect();
+    let cells = address_cells(&clients, &portal.ip_details).await;
+    let rows: Vec<QueueRow> = shown
+        .into_iter()
+        .zip(cells)
+        .map(|(occupant, cell)| QueueRow {
+            cell,
             idle: occupant.idle_seconds > IDLE_AFTER_SECONDS,
             occupant,
         })
