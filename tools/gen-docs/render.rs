@@ -56,8 +56,8 @@ const IP_DETAILS: &[(&str, &str)] = &[
         "NADDR_ADDR",
         "An naddr service (`host:port` or an http(s) URL) asked for the same details while \
          there is no `NADDR_DATA` table, through the HTTP client Concert uses for its origins; \
-         answers are cached for an hour, and the Visitors and Ban log tables wait at most \
-         600 ms for the addresses they show, the rest filling in on a later refresh.",
+         answers are cached for an hour, and each portal table waits at most 600 ms for the \
+         addresses it shows, the rest filling in on a later refresh.",
     ),
 ];
 
