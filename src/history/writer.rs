@@ -16,9 +16,9 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::time::{Duration, Instant};
 
+use crossbeam_queue::ArrayQueue;
 use parking_lot::Mutex;
 
 use super::WINDOW_ITEMS;
@@ -108,7 +108,9 @@ impl std::fmt::Display for LogStatus {
 /// The sending side, held by the history.
 pub(super) struct Log {
     path: PathBuf,
-    tx: SyncSender<Event>,
+    /// Lock-free and bounded: handing an event over is a few atomic operations, and the writer
+    /// needs no wake-up per event, since it comes by every tenth of a second anyway.
+    queue: Arc<ArrayQueue<Event>>,
     thread: std::thread::Thread,
     join: Mutex<Option<std::thread::JoinHandle<()>>>,
     shared: Arc<Shared>,
@@ -118,15 +120,15 @@ impl Log {
     /// Starts the writer thread for `path`. Opening the file happens there; a file that cannot
     /// be opened is reported and retried like any failing write.
     pub(super) fn start(path: PathBuf, limits: LogLimits) -> io::Result<Log> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        let queue = Arc::new(ArrayQueue::new(QUEUE));
         let shared = Arc::new(Shared::default());
-        let mut writer = Writer::new(path.clone(), limits, rx, shared.clone());
+        let mut writer = Writer::new(path.clone(), limits, queue.clone(), shared.clone());
         let join = std::thread::Builder::new()
             .name("concert-history".into())
             .spawn(move || writer.run())?;
         Ok(Log {
             path,
-            tx,
+            queue,
             thread: join.thread().clone(),
             join: Mutex::new(Some(join)),
             shared,
@@ -136,15 +138,11 @@ impl Log {
     /// Hands `event` over without waiting; a full queue drops it (counted) and hurries the
     /// writer along.
     pub(super) fn send(&self, event: Event) {
-        match self.tx.try_send(event) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-                self.thread.unpark();
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        if self.shared.closing.load(Ordering::Relaxed) {
+            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+        } else if self.queue.push(event).is_err() {
+            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            self.thread.unpark();
         }
     }
 
@@ -183,7 +181,7 @@ struct Sum {
 struct Writer {
     path: PathBuf,
     limits: LogLimits,
-    rx: Receiver<Event>,
+    queue: Arc<ArrayQueue<Event>>,
     shared: Arc<Shared>,
     file: Option<File>,
     /// Bytes in the file plus those buffered for it.
@@ -205,12 +203,17 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(path: PathBuf, limits: LogLimits, rx: Receiver<Event>, shared: Arc<Shared>) -> Writer {
+    fn new(
+        path: PathBuf,
+        limits: LogLimits,
+        queue: Arc<ArrayQueue<Event>>,
+        shared: Arc<Shared>,
+    ) -> Writer {
         let now = Instant::now();
         Writer {
             path,
             limits,
-            rx,
+            queue,
             shared,
             file: None,
             size: 0,
@@ -276,19 +279,16 @@ impl Writer {
         }
     }
 
-    /// Takes every queued event in; returns how many and whether the senders are all gone.
+    /// Takes every queued event in; returns how many, and whether the history's side is gone
+    /// (so nothing more can arrive).
     fn take_queued(&mut self) -> (usize, bool) {
         let mut taken = 0;
-        loop {
-            match self.rx.try_recv() {
-                Ok(event) => {
-                    taken += 1;
-                    self.take(event);
-                }
-                Err(TryRecvError::Empty) => return (taken, false),
-                Err(TryRecvError::Disconnected) => return (taken, true),
-            }
+        while let Some(event) = self.queue.pop() {
+            taken += 1;
+            self.take(event);
         }
+        // Only the history and this writer hold the queue.
+        (taken, Arc::strong_count(&self.queue) == 1)
     }
 
     fn take(&mut self, event: Event) {
