@@ -17,6 +17,7 @@ mod app;
 pub mod config;
 mod demo;
 pub mod endpoints;
+pub mod fastlane;
 pub mod history;
 pub mod ipinfo;
 mod lifecycle;

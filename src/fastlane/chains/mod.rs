@@ -1,0 +1,2 @@
+//! One module per payment network. Each exposes a [`crate::fastlane::mechanism::Mechanism`]
+//! built from its `networks.json` entry; the gateway never knows which chain it talks to.

@@ -1,0 +1,18 @@
+//! The fast lane: visitors buy (x402 v2) a time-limited pass that ranks them at least
+//! `customer` at the priority gate, so they skip the line while the pass lasts.
+//!
+//! Two halves talk through plain function calls:
+//! - the **service** (`service/`) answers `/_concert/*`: sessions and CSRF, the x402 exchange,
+//!   policy screening, the receipt journal `fastlane.jsonl`, and the grants the request path
+//!   reads to decide eligibility;
+//! - the **gateway** (`gateway/`) checks terms, owns `gateway/settlements.jsonl`, and calls one
+//!   [`mechanism::Mechanism`] per network (`chains/`).
+//!
+//! `x402` holds the wire types both halves and the chains share; `settings` the parsed
+//! `fastlane.json` and `networks.json`.
+
+pub mod chains;
+pub mod facilitator;
+pub mod mechanism;
+pub mod settings;
+pub mod x402;
