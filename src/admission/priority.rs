@@ -335,6 +335,11 @@ pub struct LaneRequest {
     pub wait: Duration,
     /// `-retry-after` seconds, for a refused form.
     pub retry_after: u32,
+    /// The request carries a live fast-lane pass: it waits for the lane whatever its rank.
+    pub fast_lane: bool,
+    /// The method changes something (not GET or HEAD): such a fast-lane request is refused
+    /// rather than queued when the lane stays full, since a form cannot wait in the line.
+    pub writes: bool,
 }
 
 /// Where the gate sends a request.
@@ -396,7 +401,7 @@ impl Priority {
 
     /// The gate, for a request that met a busy room.
     pub async fn gate(&self, lane: &Arc<Lane>, request: LaneRequest) -> LaneDecision {
-        let ranked = u32::from(request.rank.as_u8()) >= request.lane_rank;
+        let ranked = u32::from(request.rank.as_u8()) >= request.lane_rank || request.fast_lane;
         if let Some(pass) = &request.form {
             self.counters.forms.fetch_add(1, Ordering::Relaxed);
             if !ranked && !self.form_budget.take(pass, tokio::time::Instant::now()) {
@@ -413,6 +418,12 @@ impl Priority {
             return LaneDecision::Lane(permit);
         }
         self.counters.lane_full.fetch_add(1, Ordering::Relaxed);
+        if request.fast_lane && request.writes {
+            self.counters.forms_refused.fetch_add(1, Ordering::Relaxed);
+            return LaneDecision::Refused(Rejection::FastLaneBusy {
+                retry_after: request.retry_after,
+            });
+        }
         if request.form.is_some() && !ranked {
             self.counters.forms_refused.fetch_add(1, Ordering::Relaxed);
             return LaneDecision::Refused(Rejection::LaneFull {
@@ -661,6 +672,8 @@ mod tests {
             lane_rank: 3,
             wait: Duration::from_millis(20),
             retry_after: 5,
+            fast_lane: false,
+            writes: form,
         };
         assert!(matches!(
             priority.gate(&lane, request(Rank::Prospect, false)).await,
@@ -688,5 +701,37 @@ mod tests {
         assert_eq!(counters.lane_full.load(Ordering::Relaxed), 2);
         assert_eq!(counters.forms.load(Ordering::Relaxed), 2);
         assert_eq!(counters.forms_refused.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fast_lane_pass_uses_the_lane_even_when_it_is_off_and_its_forms_are_never_queued() {
+        let priority = Priority::new();
+        let lane = Lane::new(1);
+        // Lane rank 7: no grant reaches it, yet a paid pass still rides the lane.
+        let request = |writes: bool| LaneRequest {
+            rank: Rank::Customer,
+            form: None,
+            lane_rank: 7,
+            wait: Duration::from_millis(20),
+            retry_after: 9,
+            fast_lane: true,
+            writes,
+        };
+        let LaneDecision::Lane(held) = priority.gate(&lane, request(false)).await else {
+            panic!("a fast-lane page should take the free lane slot");
+        };
+        assert!(matches!(
+            priority.gate(&lane, request(false)).await,
+            LaneDecision::Room
+        ));
+        assert!(matches!(
+            priority.gate(&lane, request(true)).await,
+            LaneDecision::Refused(Rejection::FastLaneBusy { retry_after: 9 })
+        ));
+        drop(held);
+        assert!(matches!(
+            priority.gate(&lane, request(true)).await,
+            LaneDecision::Lane(_)
+        ));
     }
 }

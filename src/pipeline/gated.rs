@@ -73,6 +73,8 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
             lane_rank: config.priority_lane_rank,
             wait: config.priority_wait,
             retry_after: config.effective_retry_after(),
+            fast_lane: false,
+            writes: !matches!(*req.method(), Method::GET | Method::HEAD),
         };
         match app.priority.gate(&generation.lane, request).await {
             LaneDecision::Lane(slot) => {

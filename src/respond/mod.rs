@@ -54,6 +54,9 @@ pub enum Rejection {
     /// A form submission met a busy room and found no priority-lane slot in time: it is not
     /// delivered, and the client is told to send it again.
     LaneFull { retry_after: u32 },
+    /// A fast-lane visitor's form met a busy room and found no lane slot in time: not
+    /// delivered, not charged again, and the pass stays valid.
+    FastLaneBusy { retry_after: u32 },
     /// An asset or stream path without a valid admission pass.
     NoPass,
     /// The admission pass's own asset pool stayed full for `-asset-user-wait`.
@@ -92,6 +95,7 @@ impl Rejection {
             Rejection::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Rejection::QueueFull { .. }
             | Rejection::LaneFull { .. }
+            | Rejection::FastLaneBusy { .. }
             | Rejection::AssetPoolFull
             | Rejection::StreamsFull
             | Rejection::UploadsBusy => StatusCode::SERVICE_UNAVAILABLE,
@@ -132,6 +136,7 @@ impl Rejection {
         match self {
             Rejection::QueueFull { retry_after }
             | Rejection::LaneFull { retry_after }
+            | Rejection::FastLaneBusy { retry_after }
             | Rejection::AddressLineFull { retry_after } => Some(u64::from(*retry_after)),
             Rejection::Banned(length) => length.retry_after_secs(),
             Rejection::AssetUserPoolFull | Rejection::AssetPoolFull => {
@@ -172,6 +177,10 @@ impl Rejection {
             Rejection::LaneFull { retry_after } => {
                 page_or_json(pages::busy_page(retry_after), pages::busy_json(retry_after))
             }
+            Rejection::FastLaneBusy { retry_after } => page_or_json(
+                pages::fast_lane_busy_page(retry_after),
+                pages::fast_lane_busy_json(retry_after),
+            ),
             Rejection::AddressLineFull { retry_after } => page_or_json(
                 pages::address_line_full_page(retry_after),
                 pages::address_line_full_json(retry_after),
@@ -353,6 +362,23 @@ mod tests {
             body_text(permanent).await,
             r#"{"error":"blocked","permanent":true}"#
         );
+    }
+
+    #[tokio::test]
+    async fn a_fast_lane_form_the_lane_could_not_take_says_nothing_was_charged() {
+        let response = Rejection::FastLaneBusy { retry_after: 7 }.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
+        assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
+        assert_eq!(
+            body_text(response).await,
+            r#"{"error":"fast_lane_busy","submitted":false,"charged_again":false,"retry_after_seconds":7}"#
+        );
+        let page = Rejection::FastLaneBusy { retry_after: 7 }
+            .for_client(true)
+            .into_response();
+        assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body_text(page).await.contains("not charged again"));
     }
 
     #[tokio::test]

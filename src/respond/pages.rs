@@ -82,6 +82,24 @@ pub(super) fn busy_json(retry_after: u32) -> String {
     format!("{{\"error\":\"busy\",\"submitted\":false,\"retry_after_seconds\":{retry_after}}}")
 }
 
+pub(super) fn fast_lane_busy_page(retry_after: u32) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<title>Your form was not sent</title><link rel=\"stylesheet\" href=\"{WAITING_STYLESHEET}\"></head>\
+<body><main class=\"card\"><h1>Your form was not sent</h1>\
+<p>Even the fast lane is full right now, so your submission was not delivered and nothing was \
+processed. Your fast-lane pass is still valid and you were not charged again. Go back and send \
+it again in about {retry_after} seconds.</p></main></body></html>"
+    )
+}
+
+pub(super) fn fast_lane_busy_json(retry_after: u32) -> String {
+    format!(
+        "{{\"error\":\"fast_lane_busy\",\"submitted\":false,\"charged_again\":false,\"retry_after_seconds\":{retry_after}}}"
+    )
+}
+
 /// What a banned client is told: the blocked page for a browser (`html`), JSON otherwise.
 pub(super) fn banned_body(length: BanLength, html: bool) -> String {
     match (length.retry_after_secs(), html) {
