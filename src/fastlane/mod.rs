@@ -15,4 +15,5 @@ pub mod chains;
 pub mod facilitator;
 pub mod mechanism;
 pub mod settings;
+pub mod service;
 pub mod x402;
