@@ -33,11 +33,17 @@ impl Facilitator for AcceptingFacilitator {
         }]
     }
 
-    fn verify<'a>(&'a self, _: &'a FacilitatorRequest) -> BoxFuture<'a, Result<VerifyResponse, GatewayError>> {
+    fn verify<'a>(
+        &'a self,
+        _: &'a FacilitatorRequest,
+    ) -> BoxFuture<'a, Result<VerifyResponse, GatewayError>> {
         Box::pin(async { Ok(VerifyResponse::valid("rPayer")) })
     }
 
-    fn settle(&self, request: FacilitatorRequest) -> BoxFuture<'static, Result<SettleResponse, GatewayError>> {
+    fn settle(
+        &self,
+        request: FacilitatorRequest,
+    ) -> BoxFuture<'static, Result<SettleResponse, GatewayError>> {
         Box::pin(async move {
             Ok(SettleResponse {
                 success: true,
@@ -105,16 +111,22 @@ fn paid_lane(dir: &std::path::Path) -> (Arc<FastLane>, String) {
         skip_url: "",
     })
     .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let token = runtime.block_on(async {
         let session = body_json(
             &lane,
-            Request::post("/_concert/session").body(axum::body::Body::empty()).unwrap(),
+            Request::post("/_concert/session")
+                .body(axum::body::Body::empty())
+                .unwrap(),
         )
         .await;
         let token = session["session"].as_str().unwrap().to_owned();
         let csrf = session["csrf"].as_str().unwrap().to_owned();
-        let payment = json!({"x402Version": 2, "accepted": terms(), "payload": {"signedTxBlob": "AA"}});
+        let payment =
+            json!({"x402Version": 2, "accepted": terms(), "payload": {"signedTxBlob": "AA"}});
         let paid = body_json(
             &lane,
             Request::post("/_concert/payment")

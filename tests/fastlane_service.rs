@@ -76,7 +76,11 @@ impl Facilitator for ScriptedFacilitator {
             script.settles.fetch_add(1, Ordering::SeqCst);
             let delay = *script.settle_delay.lock();
             tokio::time::sleep(delay).await;
-            let step = script.steps.lock().pop_front().unwrap_or(SettleStep::Success);
+            let step = script
+                .steps
+                .lock()
+                .pop_front()
+                .unwrap_or(SettleStep::Success);
             let blob = request.payment_payload.payload["signedTxBlob"]
                 .as_str()
                 .unwrap_or("")
@@ -109,7 +113,10 @@ impl Facilitator for ScriptedFacilitator {
         })
     }
 
-    fn solana_prepare<'a>(&'a self, _request: &'a Value) -> BoxFuture<'a, Result<Value, GatewayError>> {
+    fn solana_prepare<'a>(
+        &'a self,
+        _request: &'a Value,
+    ) -> BoxFuture<'a, Result<Value, GatewayError>> {
         Box::pin(async { Err(GatewayError::Rejected("no solana here".into())) })
     }
 }
@@ -255,7 +262,11 @@ fn settings(origin: &str, policy_url: &str) -> FastlaneSettings {
     }
 }
 
-async fn start_lane(dir: &Path, policy_url: &str, entry_ttl: Duration) -> Result<Lane, FastLaneError> {
+async fn start_lane(
+    dir: &Path,
+    policy_url: &str,
+    entry_ttl: Duration,
+) -> Result<Lane, FastLaneError> {
     start_lane_at(dir, policy_url, entry_ttl, "127.0.0.1:0").await
 }
 
@@ -308,9 +319,12 @@ async fn start_lane_at(
         },
     );
     let server = tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .unwrap()
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
     });
     Ok(Lane {
         base,
@@ -438,7 +452,9 @@ fn test_mode_lane_dir() -> tempfile::TempDir {
 #[tokio::test]
 async fn case1_no_header_is_402_then_a_valid_payment_makes_the_session_eligible() {
     let dir = test_mode_lane_dir();
-    let lane = start_lane(dir.path(), "", Duration::from_secs(300)).await.unwrap();
+    let lane = start_lane(dir.path(), "", Duration::from_secs(300))
+        .await
+        .unwrap();
     let visitor = Visitor::new(&lane).await;
     let (status, headers, body) = visitor.pay(None).await;
     assert_eq!(status, 402);
@@ -449,24 +465,38 @@ async fn case1_no_header_is_402_then_a_valid_payment_makes_the_session_eligible(
     let required: Value = serde_json::from_slice(&required).unwrap();
     assert_eq!(required, body);
     assert_eq!(body["x402Version"], 2);
-    assert_eq!(body["resource"]["url"], format!("{}/_concert/payment", lane.base));
+    assert_eq!(
+        body["resource"]["url"],
+        format!("{}/_concert/payment", lane.base)
+    );
     assert_eq!(
         body["resource"]["description"],
         "60 seconds of Concert fast-lane eligibility; capacity limits apply"
     );
     assert_eq!(body["accepts"][0]["amount"], "1500000");
-    assert!(lane.lane.eligible(&visitor.cookie_headers(), now_unix()).is_none());
+    assert!(
+        lane.lane
+            .eligible(&visitor.cookie_headers(), now_unix())
+            .is_none()
+    );
 
     let (status, headers, body) = visitor.pay(Some(&payment(&lane, "AA01"))).await;
     assert_eq!(status, 200, "{body}");
     assert_common_headers(&headers);
     assert_eq!(body["eligible"], true);
     assert_eq!(body["receipt"]["transaction"], "TX-AA01");
-    let settle: Value =
-        serde_json::from_slice(&STANDARD.decode(headers["payment-response"].as_bytes()).unwrap()).unwrap();
+    let settle: Value = serde_json::from_slice(
+        &STANDARD
+            .decode(headers["payment-response"].as_bytes())
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(settle["success"], true);
     assert_eq!(settle["transaction"], "TX-AA01");
-    let grant = lane.lane.eligible(&visitor.cookie_headers(), now_unix()).unwrap();
+    let grant = lane
+        .lane
+        .eligible(&visitor.cookie_headers(), now_unix())
+        .unwrap();
     assert_eq!(grant.kind, GrantKind::Payment);
     // The header form of the session works as well as the cookie.
     let mut by_header = HeaderMap::new();
@@ -484,7 +514,9 @@ async fn case1_no_header_is_402_then_a_valid_payment_makes_the_session_eligible(
 #[tokio::test]
 async fn case2_the_same_payment_settles_once_and_no_other_session_can_redeem_it() {
     let dir = test_mode_lane_dir();
-    let lane = start_lane(dir.path(), "", Duration::from_secs(300)).await.unwrap();
+    let lane = start_lane(dir.path(), "", Duration::from_secs(300))
+        .await
+        .unwrap();
     let visitor = Visitor::new(&lane).await;
     let header = payment(&lane, "BB02");
     assert_eq!(visitor.pay(Some(&header)).await.0, 200);
@@ -494,7 +526,10 @@ async fn case2_the_same_payment_settles_once_and_no_other_session_can_redeem_it(
     assert_eq!(lane.script.settles.load(Ordering::SeqCst), 1);
     let thief = Visitor::new(&lane).await;
     let (status, _, body) = thief.pay(Some(&header)).await;
-    assert_eq!((status, body["error"].as_str()), (409, Some("payment_already_redeemed")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("payment_already_redeemed"))
+    );
     // Reformatted JSON of the same payment is the same payment.
     let reordered = {
         let json = String::from_utf8(STANDARD.decode(&header).unwrap()).unwrap();
@@ -502,9 +537,16 @@ async fn case2_the_same_payment_settles_once_and_no_other_session_can_redeem_it(
         STANDARD.encode(serde_json::to_string_pretty(&value).unwrap())
     };
     let (status, _, body) = thief.pay(Some(&reordered)).await;
-    assert_eq!((status, body["error"].as_str()), (409, Some("payment_already_redeemed")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("payment_already_redeemed"))
+    );
     assert_eq!(lane.script.settles.load(Ordering::SeqCst), 1);
-    assert!(lane.lane.eligible(&thief.cookie_headers(), now_unix()).is_none());
+    assert!(
+        lane.lane
+            .eligible(&thief.cookie_headers(), now_unix())
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -517,21 +559,34 @@ async fn case3_a_pass_survives_restart_expires_on_time_and_replay_never_extends_
         let (status, _, body) = visitor.pay(Some(&header)).await;
         assert_eq!(status, 200);
         let bound = lane.base.trim_start_matches("http://").to_owned();
-        (visitor.token.clone(), header, body["expires"].as_str().unwrap().to_owned(), bound)
+        (
+            visitor.token.clone(),
+            header,
+            body["expires"].as_str().unwrap().to_owned(),
+            bound,
+        )
     };
-    let lane = start_lane_at(dir.path(), "", Duration::ZERO, &bound).await.unwrap();
+    let lane = start_lane_at(dir.path(), "", Duration::ZERO, &bound)
+        .await
+        .unwrap();
     let mut headers = HeaderMap::new();
     headers.insert("concert-session", visitor_token.parse().unwrap());
     let grant = lane.lane.eligible(&headers, now_unix()).unwrap();
     assert_eq!(format_rfc3339(grant.expires), expires);
     assert!(lane.lane.eligible(&headers, grant.expires - 1).is_some());
-    assert!(lane.lane.eligible(&headers, grant.expires).is_none(), "ends on time");
+    assert!(
+        lane.lane.eligible(&headers, grant.expires).is_none(),
+        "ends on time"
+    );
     // The same payment, replayed through the new process (its resource names the old
     // listener, so it is re-signed for this one): the receipt is returned, not extended.
     let response = reqwest::Client::new()
         .post(format!("{}/_concert/payment", lane.base))
         .header("concert-session", &visitor_token)
-        .header("x-concert-csrf", SessionKeys::new(SECRET).csrf(&visitor_token))
+        .header(
+            "x-concert-csrf",
+            SessionKeys::new(SECRET).csrf(&visitor_token),
+        )
         .header("payment-signature", &header)
         .send()
         .await
@@ -551,24 +606,52 @@ async fn case4_tampered_terms_are_refused_before_the_gateway_is_asked() {
     let resource = format!("{}/_concert/payment", lane.base);
     let mut cheaper = offer();
     cheaper.amount = "1".into();
-    let (status, _, body) = visitor.pay(Some(&payment_with(&cheaper, "DD04", &resource))).await;
-    assert_eq!((status, body["error"].as_str()), (400, Some("payment_terms_mismatch")));
+    let (status, _, body) = visitor
+        .pay(Some(&payment_with(&cheaper, "DD04", &resource)))
+        .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("payment_terms_mismatch"))
+    );
     let mut other_tag = offer();
-    other_tag.extra.as_mut().unwrap().insert("destinationTag".into(), json!(1));
-    let (status, _, _) = visitor.pay(Some(&payment_with(&other_tag, "DD04", &resource))).await;
+    other_tag
+        .extra
+        .as_mut()
+        .unwrap()
+        .insert("destinationTag".into(), json!(1));
+    let (status, _, _) = visitor
+        .pay(Some(&payment_with(&other_tag, "DD04", &resource)))
+        .await;
     assert_eq!(status, 400);
     let (status, _, body) = visitor
-        .pay(Some(&payment_with(&offer(), "DD04", "https://elsewhere.example/_concert/payment")))
+        .pay(Some(&payment_with(
+            &offer(),
+            "DD04",
+            "https://elsewhere.example/_concert/payment",
+        )))
         .await;
-    assert_eq!((status, body["error"].as_str()), (400, Some("wrong_resource")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("wrong_resource"))
+    );
     let (status, _, body) = visitor.pay(Some("%%%")).await;
-    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_payment_encoding")));
-    let v1 = STANDARD.encode(json!({"x402Version": 1, "accepted": offer(), "payload": {"a": 1}}).to_string());
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_payment_encoding"))
+    );
+    let v1 = STANDARD
+        .encode(json!({"x402Version": 1, "accepted": offer(), "payload": {"a": 1}}).to_string());
     let (status, _, body) = visitor.pay(Some(&v1)).await;
-    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_payment_payload")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_payment_payload"))
+    );
     let big = "A".repeat(64 * 1024 + 4);
     let (status, _, body) = visitor.pay(Some(&big)).await;
-    assert_eq!((status, body["error"].as_str()), (413, Some("payment_header_too_large")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (413, Some("payment_header_too_large"))
+    );
     assert_eq!(lane.script.verifies.load(Ordering::SeqCst), 0);
     assert_eq!(lane.script.settles.load(Ordering::SeqCst), 0);
 }
@@ -583,7 +666,10 @@ async fn case5_settle_error_then_other_payment_is_blocked_and_identical_retry_su
     let (status, _, body) = visitor.pay(Some(&header)).await;
     assert_eq!(
         (status, body["error"].as_str()),
-        (503, Some("settlement_unresolved_retry_identical_payment_do_not_pay_again"))
+        (
+            503,
+            Some("settlement_unresolved_retry_identical_payment_do_not_pay_again")
+        )
     );
     assert_eq!(visitor.status().await["state"], "unknown");
     let (status, _, body) = visitor.pay(Some(&payment(&lane, "EE05-other"))).await;
@@ -594,21 +680,35 @@ async fn case5_settle_error_then_other_payment_is_blocked_and_identical_retry_su
     let (status, headers, body) = visitor.pay(Some(&header)).await;
     assert_eq!(status, 200, "{body}");
     assert!(headers.contains_key("payment-response"));
-    assert_eq!(lane.script.verifies.load(Ordering::SeqCst), 1, "the retry is not verified again");
+    assert_eq!(
+        lane.script.verifies.load(Ordering::SeqCst),
+        1,
+        "the retry is not verified again"
+    );
     assert_eq!(lane.script.settles.load(Ordering::SeqCst), 2);
-    assert!(lane.lane.eligible(&visitor.cookie_headers(), now_unix()).is_some());
+    assert!(
+        lane.lane
+            .eligible(&visitor.cookie_headers(), now_unix())
+            .is_some()
+    );
 }
 
 #[tokio::test]
 async fn case6_settlement_naming_another_payer_is_unresolved_and_a_policy_deny_settles_nothing() {
     let policy = policy_server().await;
     let dir = test_mode_lane_dir();
-    let lane = start_lane(dir.path(), &policy.url, Duration::ZERO).await.unwrap();
+    let lane = start_lane(dir.path(), &policy.url, Duration::ZERO)
+        .await
+        .unwrap();
     lane.script.steps.lock().push_back(SettleStep::OtherPayer);
     let visitor = Visitor::new(&lane).await;
     let (status, _, body) = visitor.pay(Some(&payment(&lane, "FF06"))).await;
     assert_eq!(status, 503, "{body}");
-    assert!(lane.lane.eligible(&visitor.cookie_headers(), now_unix()).is_none());
+    assert!(
+        lane.lane
+            .eligible(&visitor.cookie_headers(), now_unix())
+            .is_none()
+    );
     {
         let asked = policy.asked.lock();
         assert_eq!(asked[0]["action"], "payment");
@@ -624,7 +724,10 @@ async fn case6_settlement_naming_another_payer_is_unresolved_and_a_policy_deny_s
     let settles = lane.script.settles.load(Ordering::SeqCst);
     let other = Visitor::new(&lane).await;
     let (status, _, body) = other.pay(Some(&payment(&lane, "FF06-b"))).await;
-    assert_eq!((status, body["error"].as_str()), (403, Some("policy_not_approved")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("policy_not_approved"))
+    );
     // A redirect is not an answer: the client never follows it.
     *policy.mode.lock() = PolicyMode::Redirect;
     let (status, _, _) = other.pay(Some(&payment(&lane, "FF06-c"))).await;
@@ -635,7 +738,10 @@ async fn case6_settlement_naming_another_payer_is_unresolved_and_a_policy_deny_s
     lane.script.steps.lock().push_back(SettleStep::Success);
     let (status, _, _) = visitor.pay(Some(&payment(&lane, "FF06"))).await;
     assert_eq!(status, 200);
-    assert_eq!(policy.asked.lock().last().unwrap()["action"], "payment_retry");
+    assert_eq!(
+        policy.asked.lock().last().unwrap()["action"],
+        "payment_retry"
+    );
 }
 
 #[tokio::test]
@@ -647,7 +753,16 @@ async fn case6b_settlement_without_success_is_unresolved() {
     let (status, _, _) = visitor.pay(Some(&payment(&lane, "FF6B"))).await;
     assert_eq!(status, 503);
     assert_eq!(
-        lane.lane.journal().unsettled(&SessionKeys::new(SECRET).verify(&visitor.token, now_unix()).unwrap().id).unwrap().state,
+        lane.lane
+            .journal()
+            .unsettled(
+                &SessionKeys::new(SECRET)
+                    .verify(&visitor.token, now_unix())
+                    .unwrap()
+                    .id
+            )
+            .unwrap()
+            .state,
         ReceiptState::Unknown
     );
 }
@@ -658,31 +773,60 @@ async fn case7_forged_tokens_missing_csrf_and_foreign_origins_are_refused() {
     let lane = start_lane(dir.path(), "", Duration::ZERO).await.unwrap();
     let visitor = Visitor::new(&lane).await;
     assert_eq!(visitor.pay(Some(&payment(&lane, "GG07"))).await.0, 200);
-    let forged = SessionKeys::new(b"someone else's secret, 32 bytes long").issue(None, now_unix()).0;
+    let forged = SessionKeys::new(b"someone else's secret, 32 bytes long")
+        .issue(None, now_unix())
+        .0;
     for token in [forged.as_str(), "garbage", ""] {
         let mut headers = HeaderMap::new();
         headers.insert("concert-session", token.parse().unwrap());
-        assert!(lane.lane.eligible(&headers, now_unix()).is_none(), "{token}");
+        assert!(
+            lane.lane.eligible(&headers, now_unix()).is_none(),
+            "{token}"
+        );
     }
     let mut tampered = visitor.token.clone();
     tampered.replace_range(0..1, if tampered.starts_with('A') { "B" } else { "A" });
     let mut headers = HeaderMap::new();
-    headers.insert("cookie", format!("concert_fastlane={tampered}").parse().unwrap());
+    headers.insert(
+        "cookie",
+        format!("concert_fastlane={tampered}").parse().unwrap(),
+    );
     assert!(lane.lane.eligible(&headers, now_unix()).is_none());
 
     let url = format!("{}/_concert/payment", lane.base);
     let plain = reqwest::Client::new();
     let cookie = format!("concert_fastlane={}", visitor.token);
     // Cookie session, no CSRF.
-    let response = plain.post(&url).header("origin", &lane.base).header("cookie", &cookie).send().await.unwrap();
+    let response = plain
+        .post(&url)
+        .header("origin", &lane.base)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 403);
-    assert_eq!(response.json::<Value>().await.unwrap()["error"], "csrf_required");
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["error"],
+        "csrf_required"
+    );
     // Header session, no CSRF: refused as well.
-    let response = plain.post(&url).header("concert-session", &visitor.token).send().await.unwrap();
+    let response = plain
+        .post(&url)
+        .header("concert-session", &visitor.token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 403);
-    assert_eq!(response.json::<Value>().await.unwrap()["error"], "csrf_required");
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["error"],
+        "csrf_required"
+    );
     // Foreign origin, cross-site fetch, and a browser fetch without Origin.
-    for (name, value) in [("origin", "https://evil.example"), ("sec-fetch-site", "cross-site"), ("sec-fetch-site", "same-origin")] {
+    for (name, value) in [
+        ("origin", "https://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-origin"),
+    ] {
         let response = plain
             .post(&url)
             .header(name, value)
@@ -692,7 +836,10 @@ async fn case7_forged_tokens_missing_csrf_and_foreign_origins_are_refused() {
             .await
             .unwrap();
         assert_eq!(response.status(), 403, "{name}: {value}");
-        assert_eq!(response.json::<Value>().await.unwrap()["error"], "origin_rejected");
+        assert_eq!(
+            response.json::<Value>().await.unwrap()["error"],
+            "origin_rejected"
+        );
     }
     // A non-browser client (no Origin, no Sec-Fetch-Site) with the CSRF value is served.
     let response = plain
@@ -706,7 +853,10 @@ async fn case7_forged_tokens_missing_csrf_and_foreign_origins_are_refused() {
     // No session at all.
     let response = plain.post(&url).send().await.unwrap();
     assert_eq!(response.status(), 401);
-    assert_eq!(response.json::<Value>().await.unwrap()["error"], "session_required");
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["error"],
+        "session_required"
+    );
 }
 
 #[tokio::test]
@@ -722,7 +872,9 @@ async fn case9_twenty_concurrent_identical_payments_settle_once_and_one_session_
     let mut tasks = Vec::new();
     for visitor in &visitors {
         let (visitor, header) = (visitor.clone(), header.clone());
-        tasks.push(tokio::spawn(async move { visitor.pay(Some(&header)).await }));
+        tasks.push(tokio::spawn(
+            async move { visitor.pay(Some(&header)).await },
+        ));
     }
     let mut ok = 0;
     for task in tasks {
@@ -769,7 +921,11 @@ async fn case10_journal_is_exclusive_refuses_corruption_and_unknown_blocks_after
     let lane = start_lane(dir.path(), "", Duration::ZERO).await.unwrap();
     // A second opener of the same data directory fails.
     let second = start_lane(dir.path(), "", Duration::ZERO).await;
-    assert!(matches!(second, Err(FastLaneError::Journal(_))), "{:?}", second.as_ref().err());
+    assert!(
+        matches!(second, Err(FastLaneError::Journal(_))),
+        "{:?}",
+        second.as_ref().err()
+    );
 
     // An unknown outcome survives a restart and blocks a different payment of that session.
     lane.script.steps.lock().push_back(SettleStep::Error);
@@ -780,7 +936,9 @@ async fn case10_journal_is_exclusive_refuses_corruption_and_unknown_blocks_after
     let token = visitor.token.clone();
     drop(visitor);
     drop(lane);
-    let lane = start_lane_at(dir.path(), "", Duration::ZERO, &bound).await.unwrap();
+    let lane = start_lane_at(dir.path(), "", Duration::ZERO, &bound)
+        .await
+        .unwrap();
     let response = reqwest::Client::new()
         .post(format!("{}/_concert/payment", lane.base))
         .header("concert-session", &token)
@@ -799,7 +957,10 @@ async fn case10_journal_is_exclusive_refuses_corruption_and_unknown_blocks_after
     let visitor = Visitor::new(&lane).await;
     lane.lane.close();
     let (status, _, body) = visitor.pay(Some(&payment(&lane, "JJ10-closed"))).await;
-    assert_eq!((status, body["error"].as_str()), (503, Some("fast_lane_unavailable")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("fast_lane_unavailable"))
+    );
     drop(lane);
 
     // A corrupt file refuses to open.
@@ -808,11 +969,16 @@ async fn case10_journal_is_exclusive_refuses_corruption_and_unknown_blocks_after
     text.push_str("{\"session\":");
     std::fs::write(&journal, text).unwrap();
     let reopened = start_lane(dir.path(), "", Duration::ZERO).await;
-    assert!(matches!(reopened, Err(FastLaneError::Journal(_))), "{:?}", reopened.as_ref().err());
+    assert!(
+        matches!(reopened, Err(FastLaneError::Journal(_))),
+        "{:?}",
+        reopened.as_ref().err()
+    );
 }
 
 #[tokio::test]
-async fn case12_near_expiry_sessions_must_renew_renewal_keeps_the_id_and_a_disconnect_still_records() {
+async fn case12_near_expiry_sessions_must_renew_renewal_keeps_the_id_and_a_disconnect_still_records()
+ {
     let dir = test_mode_lane_dir();
     let lane = start_lane(dir.path(), "", Duration::ZERO).await.unwrap();
     let keys = SessionKeys::new(SECRET);
@@ -828,7 +994,10 @@ async fn case12_near_expiry_sessions_must_renew_renewal_keeps_the_id_and_a_disco
         .await
         .unwrap();
     assert_eq!(response.status(), 409);
-    assert_eq!(response.json::<Value>().await.unwrap()["error"], "session_renewal_required");
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["error"],
+        "session_renewal_required"
+    );
     let renewed: Value = client
         .post(format!("{}/_concert/session", lane.base))
         .header("concert-session", &old)
@@ -895,7 +1064,12 @@ async fn case12b_an_identical_retry_after_a_disconnect_settles_nothing_new() {
     let header = payment(&lane, "KK12B");
     let url = format!("{}/_concert/payment", lane.base);
     let send = |timeout: Duration| {
-        let (url, token, header, csrf) = (url.clone(), token.clone(), header.clone(), keys.csrf(&token));
+        let (url, token, header, csrf) = (
+            url.clone(),
+            token.clone(),
+            header.clone(),
+            keys.csrf(&token),
+        );
         async move {
             reqwest::Client::builder()
                 .timeout(timeout)
@@ -943,13 +1117,20 @@ async fn case14_the_61st_post_in_a_minute_from_one_slash_64_is_refused_others_ar
             .send()
     };
     for n in 0..60 {
-        let address = if n % 2 == 0 { "2001:db8:7:7::1" } else { "2001:db8:7:7:ffff::2" };
+        let address = if n % 2 == 0 {
+            "2001:db8:7:7::1"
+        } else {
+            "2001:db8:7:7:ffff::2"
+        };
         assert_eq!(post(address).await.unwrap().status(), 200, "request {n}");
     }
     let refused = post("2001:db8:7:7::3").await.unwrap();
     assert_eq!(refused.status(), 429);
     assert_eq!(refused.headers()["retry-after"], "60");
-    assert_eq!(refused.json::<Value>().await.unwrap()["error"], "too_many_wallet_requests");
+    assert_eq!(
+        refused.json::<Value>().await.unwrap()["error"],
+        "too_many_wallet_requests"
+    );
     assert_eq!(post("2001:db8:7:8::1").await.unwrap().status(), 200);
     assert_eq!(post("192.0.2.7").await.unwrap().status(), 200);
 }
@@ -957,31 +1138,61 @@ async fn case14_the_61st_post_in_a_minute_from_one_slash_64_is_refused_others_ar
 #[tokio::test]
 async fn case18_entry_window_outlasts_the_pass_then_ends_and_only_use_opens_it() {
     let dir = test_mode_lane_dir();
-    let lane = start_lane(dir.path(), "", Duration::from_secs(300)).await.unwrap();
+    let lane = start_lane(dir.path(), "", Duration::from_secs(300))
+        .await
+        .unwrap();
     let used = Visitor::new(&lane).await;
     let idle = Visitor::new(&lane).await;
     let (_, _, first) = used.pay(Some(&payment(&lane, "LL18-a"))).await;
     let (_, _, second) = idle.pay(Some(&payment(&lane, "LL18-b"))).await;
-    let pass_end = concert::fastlane::service::clock::parse_rfc3339(first["expires"].as_str().unwrap()).unwrap();
-    let idle_end = concert::fastlane::service::clock::parse_rfc3339(second["expires"].as_str().unwrap()).unwrap();
+    let pass_end =
+        concert::fastlane::service::clock::parse_rfc3339(first["expires"].as_str().unwrap())
+            .unwrap();
+    let idle_end =
+        concert::fastlane::service::clock::parse_rfc3339(second["expires"].as_str().unwrap())
+            .unwrap();
     let now = now_unix();
     // The idle visitor only asks for its status: that opens nothing.
     assert_eq!(idle.status().await["eligible"], true);
 
     let grant = lane.lane.eligible(&used.cookie_headers(), now).unwrap();
     assert_eq!(grant.kind, GrantKind::Payment);
-    assert_eq!(grant.expires, now + 300, "access lasts until the later of pass and window");
-    let after_pass = lane.lane.eligible(&used.cookie_headers(), pass_end + 1).unwrap();
+    assert_eq!(
+        grant.expires,
+        now + 300,
+        "access lasts until the later of pass and window"
+    );
+    let after_pass = lane
+        .lane
+        .eligible(&used.cookie_headers(), pass_end + 1)
+        .unwrap();
     assert_eq!(after_pass.kind, GrantKind::Window);
-    assert!(lane.lane.eligible(&used.cookie_headers(), now + 300).is_none(), "window ends");
+    assert!(
+        lane.lane
+            .eligible(&used.cookie_headers(), now + 300)
+            .is_none(),
+        "window ends"
+    );
     // /status shows the window without opening one, and the idle pass never got one.
-    assert!(lane.lane.eligible(&idle.cookie_headers(), idle_end + 1).is_none());
+    assert!(
+        lane.lane
+            .eligible(&idle.cookie_headers(), idle_end + 1)
+            .is_none()
+    );
 
     // TTL 0 turns windows off, also for windows already open.
     lane.lane.set_entry_ttl(Duration::ZERO);
-    assert!(lane.lane.eligible(&used.cookie_headers(), pass_end + 1).is_none());
+    assert!(
+        lane.lane
+            .eligible(&used.cookie_headers(), pass_end + 1)
+            .is_none()
+    );
     lane.lane.set_entry_ttl(Duration::from_secs(300));
-    assert!(lane.lane.eligible(&used.cookie_headers(), pass_end + 1).is_some());
+    assert!(
+        lane.lane
+            .eligible(&used.cookie_headers(), pass_end + 1)
+            .is_some()
+    );
 }
 
 // ---------------------------------------------------------------- routes and bodies
@@ -999,17 +1210,30 @@ async fn routes_answer_with_the_common_headers_and_strict_bodies() {
         ("/_concert/waiting.css", "text/css"),
         ("/_concert/waiting.js", "text/javascript"),
     ] {
-        let response = client.get(format!("{}{path}", lane.base)).send().await.unwrap();
+        let response = client
+            .get(format!("{}{path}", lane.base))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 200, "{path}");
         assert_common_headers(response.headers());
-        assert!(response.headers()["content-type"].to_str().unwrap().starts_with(kind));
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with(kind)
+        );
         assert!(
             response.headers()["content-security-policy"]
                 .to_str()
                 .unwrap()
                 .contains("frame-ancestors 'none'")
         );
-        let response = client.post(format!("{}{path}", lane.base)).send().await.unwrap();
+        let response = client
+            .post(format!("{}{path}", lane.base))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 405, "{path}");
     }
     let config: Value = client
@@ -1027,8 +1251,19 @@ async fn routes_answer_with_the_common_headers_and_strict_bodies() {
     assert_eq!(config["legacy_skip_url"], "/skip");
     assert_eq!(config["pass_seconds"], 60);
     assert_eq!(config["offers"][0]["label"], "Five minutes");
-    assert_eq!(config["offers"][0]["requirements"]["extra"]["destinationTag"], 4_294_967_295u64);
-    for key in ["origin", "collections", "nft_pass_seconds", "terms_url", "privacy_url", "refund_url", "deposit_networks"] {
+    assert_eq!(
+        config["offers"][0]["requirements"]["extra"]["destinationTag"],
+        4_294_967_295u64
+    );
+    for key in [
+        "origin",
+        "collections",
+        "nft_pass_seconds",
+        "terms_url",
+        "privacy_url",
+        "refund_url",
+        "deposit_networks",
+    ] {
         assert!(config.get(key).is_some(), "{key}");
     }
     for (method, path, status, code) in [
@@ -1059,7 +1294,10 @@ async fn routes_answer_with_the_common_headers_and_strict_bodies() {
             .await
             .unwrap();
         assert_eq!(response.status(), 400, "{body}");
-        assert_eq!(response.json::<Value>().await.unwrap()["error"], "invalid_request");
+        assert_eq!(
+            response.json::<Value>().await.unwrap()["error"],
+            "invalid_request"
+        );
     }
     let response = visitor
         .http
@@ -1107,14 +1345,29 @@ async fn a_disabled_lane_answers_config_and_nothing_else() {
             .unwrap()
     };
     let client: IpAddr = "127.0.0.1".parse().unwrap();
-    let response = lane.handle(request("GET", "/_concert/config"), client).await;
+    let response = lane
+        .handle(request("GET", "/_concert/config"), client)
+        .await;
     assert_eq!(response.status(), 200);
-    let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
     let body: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["enabled"], false);
     assert_eq!(body["legacy_skip_url"], "/skip");
-    let response = lane.handle(request("POST", "/_concert/payment"), client).await;
+    let response = lane
+        .handle(request("POST", "/_concert/payment"), client)
+        .await;
     assert_eq!(response.status(), 404);
-    assert_eq!(lane.handle(request("GET", "/_concert/access"), client).await.status(), 200);
-    assert_eq!(concert::fastlane::service::disabled_config("/s"), r#"{"enabled":false,"legacy_skip_url":"/s"}"#);
+    assert_eq!(
+        lane.handle(request("GET", "/_concert/access"), client)
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        concert::fastlane::service::disabled_config("/s"),
+        r#"{"enabled":false,"legacy_skip_url":"/s"}"#
+    );
 }

@@ -14,6 +14,6 @@
 pub mod chains;
 pub mod facilitator;
 pub mod mechanism;
-pub mod settings;
 pub mod service;
+pub mod settings;
 pub mod x402;

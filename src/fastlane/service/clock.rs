@@ -49,7 +49,11 @@ pub fn parse_rfc3339(text: &str) -> Option<u64> {
     };
     let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
     let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
     {
         return None;
     }
@@ -104,7 +108,11 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let shifted_month = (5 * day_of_year + 2) / 153;
     let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 };
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }
@@ -121,9 +129,18 @@ mod tests {
         assert_eq!(format_rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(format_rfc3339(1_800_000_000), "2027-01-15T08:00:00Z");
         assert_eq!(parse_rfc3339("2027-01-15T08:00:00Z"), Some(1_800_000_000));
-        assert_eq!(parse_rfc3339("2027-01-15T10:00:00.123+02:00"), Some(1_800_000_000));
+        assert_eq!(
+            parse_rfc3339("2027-01-15T10:00:00.123+02:00"),
+            Some(1_800_000_000)
+        );
         assert_eq!(parse_rfc3339(ZERO_TIME), Some(0));
-        for bad in ["", "2027-01-15", "2027-13-15T08:00:00Z", "2027-01-15T08:00:00", "x027-01-15T08:00:00Z"] {
+        for bad in [
+            "",
+            "2027-01-15",
+            "2027-13-15T08:00:00Z",
+            "2027-01-15T08:00:00",
+            "x027-01-15T08:00:00Z",
+        ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
     }

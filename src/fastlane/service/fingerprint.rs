@@ -19,7 +19,11 @@ pub struct CanonicalError {
 }
 
 /// The fingerprint of `payload` (raw JSON text of the payment's `payload` member).
-pub fn fingerprint(network: &str, scheme: &str, payload_json: &str) -> Result<String, CanonicalError> {
+pub fn fingerprint(
+    network: &str,
+    scheme: &str,
+    payload_json: &str,
+) -> Result<String, CanonicalError> {
     let canonical = canonical_json(payload_json)?;
     let mut hash = Sha256::new();
     hash.update(network.as_bytes());
@@ -390,7 +394,8 @@ mod tests {
 
     #[test]
     fn strings_are_escaped_like_go_without_html_escaping() {
-        let json = r#"["<&>", "\u2028\u2029", "\u0001\b\f\n\r\t\"\\\/", "\ud83d\ude00", "\ud800x", "é"]"#;
+        let json =
+            r#"["<&>", "\u2028\u2029", "\u0001\b\f\n\r\t\"\\\/", "\ud83d\ude00", "\ud800x", "é"]"#;
         assert_eq!(
             canonical_json(json).unwrap(),
             "[\"<&>\",\"\\u2028\\u2029\",\"\\u0001\\b\\f\\n\\r\\t\\\"\\\\/\",\"\u{1F600}\",\"\u{FFFD}x\",\"é\"]"
@@ -399,12 +404,26 @@ mod tests {
 
     #[test]
     fn repeated_keys_keep_the_last_value() {
-        assert_eq!(canonical_json(r#"{"a":1,"b":2,"a":3}"#).unwrap(), r#"{"a":3,"b":2}"#);
+        assert_eq!(
+            canonical_json(r#"{"a":1,"b":2,"a":3}"#).unwrap(),
+            r#"{"a":3,"b":2}"#
+        );
     }
 
     #[test]
     fn malformed_documents_are_refused() {
-        for bad in ["", "{", "[1,]", "{\"a\"}", "01", "1.", "-", "\"\u{1}\"", "[1] x", "tru"] {
+        for bad in [
+            "",
+            "{",
+            "[1,]",
+            "{\"a\"}",
+            "01",
+            "1.",
+            "-",
+            "\"\u{1}\"",
+            "[1] x",
+            "tru",
+        ] {
             assert!(canonical_json(bad).is_err(), "{bad:?}");
         }
         let deep = "[".repeat(200) + &"]".repeat(200);
@@ -418,7 +437,10 @@ mod tests {
         assert_eq!(a, b);
         let expected = Sha256::digest(br#"xrpl:1/exact/{"signedTxBlob":"AB","x":1}"#);
         assert_eq!(a, hex::encode(expected));
-        assert_ne!(a, fingerprint("xrpl:0", "exact", r#"{"signedTxBlob":"AB","x":1}"#).unwrap());
+        assert_ne!(
+            a,
+            fingerprint("xrpl:0", "exact", r#"{"signedTxBlob":"AB","x":1}"#).unwrap()
+        );
     }
 
     #[test]

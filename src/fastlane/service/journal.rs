@@ -118,7 +118,9 @@ mod instant {
 /// Why the journal could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    #[error("{path}: held by another process (is Concert already running with this data directory?)")]
+    #[error(
+        "{path}: held by another process (is Concert already running with this data directory?)"
+    )]
     Locked { path: PathBuf },
     #[error("{path}: {source}")]
     Io {
@@ -171,8 +173,13 @@ impl Index {
     fn check(&self, receipt: &Receipt, max_records: usize) -> Result<SessionId, RecordError> {
         let session = parse_session(&receipt.session).ok_or(RecordError::OtherSession)?;
         match self.receipts.get(receipt.fingerprint.as_str()) {
-            Some(known) if known.session != receipt.session => return Err(RecordError::OtherSession),
-            Some(known) if known.state == ReceiptState::Settled && receipt.state != ReceiptState::Settled => {
+            Some(known) if known.session != receipt.session => {
+                return Err(RecordError::OtherSession);
+            }
+            Some(known)
+                if known.state == ReceiptState::Settled
+                    && receipt.state != ReceiptState::Settled =>
+            {
                 return Err(RecordError::Regress);
             }
             Some(_) => {}
@@ -199,13 +206,19 @@ impl Index {
         let fingerprint: Arc<str> = self
             .receipts
             .get_key_value(receipt.fingerprint.as_str())
-            .map_or_else(|| Arc::from(receipt.fingerprint.as_str()), |(k, _)| k.clone());
+            .map_or_else(
+                || Arc::from(receipt.fingerprint.as_str()),
+                |(k, _)| k.clone(),
+            );
         let entry = self.sessions.entry(session).or_default();
         if receipt.state == ReceiptState::Settled {
             if entry.unsettled.as_deref() == Some(&*fingerprint) {
                 entry.unsettled = None;
             }
-            let longer = entry.best.as_ref().is_none_or(|(_, expires)| receipt.expires >= *expires);
+            let longer = entry
+                .best
+                .as_ref()
+                .is_none_or(|(_, expires)| receipt.expires >= *expires);
             if longer {
                 entry.best = Some((fingerprint.clone(), receipt.expires));
             }
@@ -281,7 +294,12 @@ impl Journal {
         match lock.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Err(OpenError::Locked { path: lock_path }),
-            Err(TryLockError::Error(source)) => return Err(OpenError::Io { path: lock_path, source }),
+            Err(TryLockError::Error(source)) => {
+                return Err(OpenError::Io {
+                    path: lock_path,
+                    source,
+                });
+            }
         }
         let path = dir.join(JOURNAL_FILE);
         let existed = path.exists();
@@ -381,7 +399,11 @@ impl Journal {
         let session = self.index.read().check(&receipt, self.max_records)?;
         let mut line = serde_json::to_vec(&receipt).map_err(|e| RecordError::Io(e.to_string()))?;
         line.push(b'\n');
-        if let Err(error) = open.file.write_all(&line).and_then(|()| open.file.sync_data()) {
+        if let Err(error) = open
+            .file
+            .write_all(&line)
+            .and_then(|()| open.file.sync_data())
+        {
             self.healthy.store(false, Ordering::Release);
             tracing::error!(path = %self.path.display(), %error, "fast lane journal write failed; payments stop");
             return Err(RecordError::Io(error.to_string()));
@@ -416,14 +438,18 @@ fn load(path: &Path, text: &[u8], max_records: usize) -> Result<Index, OpenError
             }
             break;
         }
-        let receipt: Receipt = serde_json::from_slice(line).map_err(|e| corrupt(number, e.to_string()))?;
+        let receipt: Receipt =
+            serde_json::from_slice(line).map_err(|e| corrupt(number, e.to_string()))?;
         // Loading replays history, so a later line may legitimately settle what an earlier
         // one left pending, or settle a payment twice (a re-recorded response); the cap is
         // checked on writes only.
         let session = match index.check(&receipt, usize::MAX) {
             Ok(session) => session,
             Err(RecordError::OtherSession) => {
-                return Err(corrupt(number, format!("payment replay: {} in two sessions", receipt.fingerprint)));
+                return Err(corrupt(
+                    number,
+                    format!("payment replay: {} in two sessions", receipt.fingerprint),
+                ));
             }
             Err(RecordError::TransactionReused) => {
                 return Err(corrupt(
@@ -480,8 +506,16 @@ mod tests {
             transaction: tx.into(),
             policy_id: "p".into(),
             started: 1_800_000_000,
-            settled: if state == ReceiptState::Settled { 1_800_000_010 } else { 0 },
-            expires: if state == ReceiptState::Settled { 1_800_000_310 } else { 0 },
+            settled: if state == ReceiptState::Settled {
+                1_800_000_010
+            } else {
+                0
+            },
+            expires: if state == ReceiptState::Settled {
+                1_800_000_310
+            } else {
+                0
+            },
             response: None,
             listing: String::new(),
             delivered: false,
@@ -494,12 +528,20 @@ mod tests {
         let data = dir.path().join("data");
         {
             let journal = Journal::open(&data, 100).unwrap();
-            journal.record(receipt(1, "f1", ReceiptState::Pending, "")).unwrap();
-            journal.record(receipt(1, "f1", ReceiptState::Settled, "TX1")).unwrap();
+            journal
+                .record(receipt(1, "f1", ReceiptState::Pending, ""))
+                .unwrap();
+            journal
+                .record(receipt(1, "f1", ReceiptState::Settled, "TX1"))
+                .unwrap();
         }
         let mode = std::fs::metadata(&data).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
-        let mode = std::fs::metadata(data.join(JOURNAL_FILE)).unwrap().permissions().mode() & 0o777;
+        let mode = std::fs::metadata(data.join(JOURNAL_FILE))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(mode, 0o600);
         let journal = Journal::open(&data, 100).unwrap();
         assert_eq!(journal.get("f1").unwrap().state, ReceiptState::Settled);
@@ -512,7 +554,10 @@ mod tests {
     fn second_opener_is_refused_while_the_first_holds_the_lock() {
         let dir = tempfile::tempdir().unwrap();
         let first = Journal::open(dir.path(), 100).unwrap();
-        assert!(matches!(Journal::open(dir.path(), 100), Err(OpenError::Locked { .. })));
+        assert!(matches!(
+            Journal::open(dir.path(), 100),
+            Err(OpenError::Locked { .. })
+        ));
         first.close();
         drop(first);
         Journal::open(dir.path(), 100).unwrap();
@@ -522,7 +567,9 @@ mod tests {
     fn replays_and_conflicts_are_refused_on_write() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path(), 3).unwrap();
-        journal.record(receipt(1, "f1", ReceiptState::Pending, "")).unwrap();
+        journal
+            .record(receipt(1, "f1", ReceiptState::Pending, ""))
+            .unwrap();
         assert_eq!(
             journal.record(receipt(2, "f1", ReceiptState::Pending, "")),
             Err(RecordError::OtherSession)
@@ -531,7 +578,9 @@ mod tests {
             journal.record(receipt(1, "f2", ReceiptState::Pending, "")),
             Err(RecordError::Unresolved)
         );
-        journal.record(receipt(1, "f1", ReceiptState::Settled, "TX")).unwrap();
+        journal
+            .record(receipt(1, "f1", ReceiptState::Settled, "TX"))
+            .unwrap();
         assert_eq!(
             journal.record(receipt(1, "f1", ReceiptState::Unknown, "")),
             Err(RecordError::Regress)
@@ -540,8 +589,12 @@ mod tests {
             journal.record(receipt(3, "f3", ReceiptState::Settled, "TX")),
             Err(RecordError::TransactionReused)
         );
-        journal.record(receipt(3, "f3", ReceiptState::Pending, "")).unwrap();
-        journal.record(receipt(4, "f4", ReceiptState::Pending, "")).unwrap();
+        journal
+            .record(receipt(3, "f3", ReceiptState::Pending, ""))
+            .unwrap();
+        journal
+            .record(receipt(4, "f4", ReceiptState::Pending, ""))
+            .unwrap();
         assert_eq!(
             journal.record(receipt(5, "f5", ReceiptState::Pending, "")),
             Err(RecordError::Full)
@@ -552,9 +605,13 @@ mod tests {
     fn corrupt_files_refuse_to_open() {
         let line = |r: &Receipt| serde_json::to_string(r).unwrap() + "\n";
         let cases = [
-            line(&receipt(1, "f1", ReceiptState::Settled, "")) + &line(&receipt(2, "f1", ReceiptState::Settled, "")),
-            line(&receipt(1, "f1", ReceiptState::Settled, "TX")) + &line(&receipt(2, "f2", ReceiptState::Settled, "TX")),
-            line(&receipt(1, "f1", ReceiptState::Settled, "")).trim_end().to_owned(),
+            line(&receipt(1, "f1", ReceiptState::Settled, ""))
+                + &line(&receipt(2, "f1", ReceiptState::Settled, "")),
+            line(&receipt(1, "f1", ReceiptState::Settled, "TX"))
+                + &line(&receipt(2, "f2", ReceiptState::Settled, "TX")),
+            line(&receipt(1, "f1", ReceiptState::Settled, ""))
+                .trim_end()
+                .to_owned(),
             "{not json}\n".to_owned(),
             line(&receipt(1, "f1", ReceiptState::Settled, "")).replace("\"settled\"", "\"lost\""),
         ];
@@ -562,7 +619,10 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join(JOURNAL_FILE), text).unwrap();
             let opened = Journal::open(dir.path(), 100);
-            assert!(matches!(opened, Err(OpenError::Corrupt { .. })), "case {n}: {opened:?}");
+            assert!(
+                matches!(opened, Err(OpenError::Corrupt { .. })),
+                "case {n}: {opened:?}"
+            );
         }
     }
 

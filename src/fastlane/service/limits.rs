@@ -113,9 +113,17 @@ pub enum Busy {
 /// Held while a request runs; frees its places when dropped.
 #[derive(Debug)]
 pub struct InFlightGuard {
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     sessions: Arc<Mutex<HashSet<SessionId>>>,
     session: SessionId,
+}
+
+impl InFlightGuard {
+    /// Gives the global place back while keeping the session's: a request that only waits
+    /// for a detached settlement must not starve everyone else's verification.
+    pub fn release_global(&mut self) {
+        self.permit = None;
+    }
 }
 
 impl Drop for InFlightGuard {
@@ -135,7 +143,7 @@ impl InFlight {
             return Err(Busy::Session);
         }
         Ok(InFlightGuard {
-            _permit: permit,
+            permit: Some(permit),
             sessions: self.sessions.clone(),
             session,
         })
@@ -191,5 +199,14 @@ mod tests {
         }
         assert_eq!(in_flight.enter([200; 32]).unwrap_err(), Busy::Global);
         assert_eq!(in_flight.running(), MAX_IN_FLIGHT);
+        held[0].release_global();
+        let other = in_flight.enter([201; 32]).unwrap();
+        assert_eq!(in_flight.enter([2; 32]).unwrap_err(), Busy::Global);
+        drop(other);
+        assert_eq!(
+            in_flight.enter([2; 32]).unwrap_err(),
+            Busy::Session,
+            "the session stays busy"
+        );
     }
 }

@@ -14,10 +14,10 @@
 pub mod clock;
 pub mod files;
 pub mod fingerprint;
-mod routes;
 pub mod journal;
 pub mod limits;
 pub mod policy;
+mod routes;
 pub mod session;
 pub mod window;
 
@@ -32,7 +32,9 @@ use futures_util::future::Shared;
 use http::HeaderMap;
 use parking_lot::Mutex;
 
-pub use self::routes::{MAX_BODY_BYTES, MAX_PAYMENT_HEADER_BYTES, SETTLE_WAIT_GRACE, VERIFY_TIMEOUT};
+pub use self::routes::{
+    MAX_BODY_BYTES, MAX_PAYMENT_HEADER_BYTES, MAX_SETTLING, SETTLE_WAIT_GRACE, VERIFY_TIMEOUT,
+};
 
 use self::journal::{Journal, Receipt};
 use self::limits::{InFlight, RateTable};
@@ -42,7 +44,9 @@ use self::window::EntryWindows;
 use super::facilitator::Facilitator;
 use super::mechanism::BoxFuture;
 use super::settings::FastlaneSettings;
-use super::x402::{PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse, X402_VERSION};
+use super::x402::{
+    PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse, X402_VERSION,
+};
 use crate::admission::cookies::{FASTLANE, read_cookie};
 
 /// The request header carrying a session token (for clients without cookies).
@@ -128,6 +132,7 @@ type SharedSettle = Shared<BoxFuture<'static, SettleOutcome>>;
 /// The fast lane's service.
 pub struct FastLane {
     settings: FastlaneSettings,
+    data_dir: std::path::PathBuf,
     /// `settings.origin` without a trailing slash.
     origin: String,
     keys: SessionKeys,
@@ -217,8 +222,16 @@ impl FastLane {
             options.policy_token,
             settings.test_mode || !settings.enabled,
         )?;
+        if settings.enabled && policy.skips() {
+            tracing::warn!(
+                "fast lane: test mode without policy_url, payers are not screened \
+                 (the public config and status say test_mode)"
+            );
+        }
         let max_records = usize::try_from(settings.max_records).unwrap_or(usize::MAX);
         let journal = Arc::new(Journal::open(options.data_dir, max_records)?);
+        let windows = EntryWindows::new(options.entry_ttl.as_secs());
+        windows.restore(options.data_dir, clock::now_unix());
         let config_json = if settings.enabled {
             public_config(&settings, &origin, options.skip_url)
         } else {
@@ -231,7 +244,8 @@ impl FastLane {
             journal,
             policy,
             facilitator: options.facilitator,
-            windows: EntryWindows::new(options.entry_ttl.as_secs()),
+            windows,
+            data_dir: options.data_dir.to_owned(),
             rate: RateTable::default(),
             in_flight: InFlight::default(),
             settling: Arc::default(),
@@ -261,9 +275,26 @@ impl FastLane {
         self.windows.set_ttl(ttl.as_secs());
     }
 
-    /// Stops taking payments (shutdown): closes the journal and releases its lock.
+    /// Waits (at most `limit`) for the settlements under way to be journaled, then closes.
+    pub async fn close_after_settlements(&self, limit: Duration) {
+        let running: Vec<SharedSettle> = self.settling.lock().values().cloned().collect();
+        let all = futures_util::future::join_all(running);
+        if tokio::time::timeout(limit, all).await.is_err() {
+            tracing::warn!(
+                "fast lane: closing with settlements still running; the gateway's journal has them"
+            );
+        }
+        self.close();
+    }
+
+    /// Stops taking payments (shutdown): closes the journal, releasing its lock, and saves the
+    /// open entry windows. A settlement finishing later is not journaled here (the gateway's
+    /// own journal still has it), so prefer [`FastLane::close_after_settlements`].
     pub fn close(&self) {
         self.journal.close();
+        if let Err(error) = self.windows.save(&self.data_dir, clock::now_unix()) {
+            tracing::warn!(%error, "fast lane: entry windows not saved");
+        }
     }
 
     /// The session a request presents (header first, then cookie), if its token verifies.
@@ -282,7 +313,10 @@ impl FastLane {
         let session = self.session_of(headers, now_unix)?;
         let (fingerprint, pass_end) = self.journal.best_settled(&session.id)?;
         if pass_end > now_unix {
-            let window_end = self.windows.open_or_get(&fingerprint, now_unix).unwrap_or(0);
+            let window_end = self
+                .windows
+                .open_or_get(&fingerprint, now_unix)
+                .unwrap_or(0);
             return Some(Grant {
                 kind: GrantKind::Payment,
                 session: session.id,

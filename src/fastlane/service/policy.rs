@@ -92,7 +92,11 @@ pub struct Policy {
 
 impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.skips() { "Policy(skip)" } else { "Policy(remote)" })
+        f.write_str(if self.skips() {
+            "Policy(skip)"
+        } else {
+            "Policy(remote)"
+        })
     }
 }
 
@@ -118,7 +122,9 @@ impl Policy {
                 Err(PolicyError::UrlRequired)
             };
         }
-        let parsed: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| PolicyError::BadUrl(e.to_string()))?;
+        let parsed: http::Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| PolicyError::BadUrl(e.to_string()))?;
         if !matches!(parsed.scheme_str(), Some("https" | "http")) || parsed.host().is_none() {
             return Err(PolicyError::BadUrl("must be an http(s) URL".into()));
         }
@@ -223,8 +229,14 @@ mod tests {
     #[test]
     fn only_a_fresh_allow_with_an_id_passes() {
         let now = 1_800_000_000;
-        assert_eq!(allowed(&verdict("allow", "a1", now + 60), now), Some("a1".into()));
-        assert_eq!(allowed(&verdict("allow", "a1", now + 600), now), Some("a1".into()));
+        assert_eq!(
+            allowed(&verdict("allow", "a1", now + 60), now),
+            Some("a1".into())
+        );
+        assert_eq!(
+            allowed(&verdict("allow", "a1", now + 600), now),
+            Some("a1".into())
+        );
         assert_eq!(allowed(&verdict("allow", "a1", now + 601), now), None);
         assert_eq!(allowed(&verdict("allow", "a1", now), now), None);
         assert_eq!(allowed(&verdict("allow", "", now + 60), now), None);
@@ -234,7 +246,10 @@ mod tests {
 
     #[test]
     fn production_needs_a_policy_url() {
-        assert!(matches!(Policy::new("", "t", false), Err(PolicyError::UrlRequired)));
+        assert!(matches!(
+            Policy::new("", "t", false),
+            Err(PolicyError::UrlRequired)
+        ));
         assert!(Policy::new("", "", true).unwrap().skips());
         assert!(Policy::new("ftp://x", "t", false).is_err());
     }

@@ -26,7 +26,7 @@ use super::clock::{self, format_rfc3339};
 use super::files;
 use super::fingerprint;
 use super::journal::{Receipt, ReceiptKind, ReceiptState, RecordError};
-use super::limits::Busy;
+use super::limits::{Busy, InFlightGuard};
 use super::policy::{Action, Screening};
 use super::session::{RENEWAL_WINDOW, SESSION_SECONDS, Session};
 use super::{CSRF_HEADER, FastLane, SESSION_COOKIE, SettleOutcome, SharedSettle, session_token};
@@ -48,6 +48,9 @@ pub const SETTLE_WAIT_GRACE: u64 = 90;
 /// How long past the offer's timeout a detached settlement may run at all (the gateway
 /// itself gives up after three minutes).
 const SETTLE_RUN_GRACE: u64 = 300;
+/// Settlements awaited at once. Waiting for one does not hold a verification place, so this
+/// bounds the detached tasks instead.
+pub const MAX_SETTLING: usize = 256;
 /// How long the gateway may take to prepare a Solana transfer.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(45);
 
@@ -120,18 +123,28 @@ impl FastLane {
             return false;
         }
         match headers.get(header::ORIGIN) {
-            Some(origin) => origin.as_bytes().eq_ignore_ascii_case(self.origin.as_bytes()),
+            Some(origin) => origin
+                .as_bytes()
+                .eq_ignore_ascii_case(self.origin.as_bytes()),
             None => fetch_site.is_none(),
         }
     }
 
-    async fn post(self: &Arc<Self>, route: PostRoute, req: Request<Body>, client: IpAddr) -> Response<Body> {
+    async fn post(
+        self: &Arc<Self>,
+        route: PostRoute,
+        req: Request<Body>,
+        client: IpAddr,
+    ) -> Response<Body> {
         let now = clock::now_unix();
         if !self.origin_allowed(req.headers()) {
             return error(StatusCode::FORBIDDEN, "origin_rejected");
         }
         if !self.rate.allow(client, now) {
-            return with_retry_after(error(StatusCode::TOO_MANY_REQUESTS, "too_many_wallet_requests"), 60);
+            return with_retry_after(
+                error(StatusCode::TOO_MANY_REQUESTS, "too_many_wallet_requests"),
+                60,
+            );
         }
         let (parts, body) = req.into_parts();
         let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
@@ -151,22 +164,31 @@ impl FastLane {
         let Some(session) = self.keys.verify(token, now) else {
             return error(StatusCode::UNAUTHORIZED, "session_required");
         };
-        let csrf = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let csrf = headers
+            .get(CSRF_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
         if !self.keys.csrf_matches(token, csrf) {
             return error(StatusCode::FORBIDDEN, "csrf_required");
         }
         if session.expires.saturating_sub(now) < RENEWAL_WINDOW {
             return error(StatusCode::CONFLICT, "session_renewal_required");
         }
-        let _running = match self.in_flight.enter(session.id) {
+        let mut running = match self.in_flight.enter(session.id) {
             Ok(guard) => guard,
             Err(Busy::Global) => {
-                return with_retry_after(error(StatusCode::SERVICE_UNAVAILABLE, "verification_busy"), 3);
+                return with_retry_after(
+                    error(StatusCode::SERVICE_UNAVAILABLE, "verification_busy"),
+                    3,
+                );
             }
             Err(Busy::Session) => return error(StatusCode::CONFLICT, "request_in_progress"),
         };
         match route {
-            PostRoute::Payment => self.payment(&headers, &body, session, client, now).await,
+            PostRoute::Payment => {
+                self.payment(&headers, &body, session, client, now, &mut running)
+                    .await
+            }
             PostRoute::SolanaPrepare => self.solana_prepare(&body).await,
             PostRoute::Session => error(StatusCode::NOT_FOUND, "not_found"),
         }
@@ -177,7 +199,8 @@ impl FastLane {
         if let Err(refused) = empty_body(body) {
             return refused;
         }
-        let existing = session_token(headers).filter(|token| self.keys.verify(token, now).is_some());
+        let existing =
+            session_token(headers).filter(|token| self.keys.verify(token, now).is_some());
         let (token, session) = self.keys.issue(existing, now);
         let body = serde_json::json!({
             "session": token,
@@ -261,6 +284,7 @@ impl FastLane {
         session: Session,
         client: IpAddr,
         now: u64,
+        running: &mut InFlightGuard,
     ) -> Response<Body> {
         if let Err(refused) = empty_body(body) {
             return refused;
@@ -291,11 +315,16 @@ impl FastLane {
             return error(StatusCode::BAD_REQUEST, "wrong_resource");
         }
         let accepted_bytes = serde_json::to_vec(&payment.accepted).unwrap_or_default();
-        if !self.payable_bytes.iter().any(|offer| *offer == accepted_bytes) {
+        if !self
+            .payable_bytes
+            .iter()
+            .any(|offer| *offer == accepted_bytes)
+        {
             return error(StatusCode::BAD_REQUEST, "payment_terms_mismatch");
         }
         let terms = payment.accepted.clone();
-        let Ok(fingerprint) = fingerprint::fingerprint(&terms.network, &terms.scheme, &decoded.payload_json)
+        let Ok(fingerprint) =
+            fingerprint::fingerprint(&terms.network, &terms.scheme, &decoded.payload_json)
         else {
             return error(StatusCode::BAD_REQUEST, "invalid_payment_payload");
         };
@@ -324,13 +353,23 @@ impl FastLane {
                 if self.policy.screen(&screening, now).await.is_err() {
                     return error(StatusCode::FORBIDDEN, "policy_not_approved");
                 }
-                self.settle_and_answer(request, unresolved).await
+                self.settle_and_answer(request, unresolved, running).await
             }
             None => {
                 if self.journal.unsettled(&session.id).is_some() {
-                    return error(StatusCode::CONFLICT, "previous_payment_unresolved_do_not_pay_again");
+                    return error(
+                        StatusCode::CONFLICT,
+                        "previous_payment_unresolved_do_not_pay_again",
+                    );
                 }
-                self.new_payment(request, fingerprint, me, client, now).await
+                if self.settling.lock().len() >= MAX_SETTLING {
+                    return with_retry_after(
+                        error(StatusCode::SERVICE_UNAVAILABLE, "verification_busy"),
+                        3,
+                    );
+                }
+                self.new_payment(request, fingerprint, me, client, now, running)
+                    .await
             }
         }
     }
@@ -342,20 +381,30 @@ impl FastLane {
         session: String,
         client: IpAddr,
         now: u64,
+        running: &mut InFlightGuard,
     ) -> Response<Body> {
-        let verdict = match tokio::time::timeout(VERIFY_TIMEOUT, self.facilitator.verify(&request)).await {
-            Ok(Ok(verdict)) => verdict,
-            // The gateway judged the request itself wrong: the payment is not acceptable.
-            Ok(Err(GatewayError::Rejected(reason))) => {
-                tracing::info!(%reason, "fast lane: gateway rejected a payment");
-                return error(StatusCode::PAYMENT_REQUIRED, "payment_not_verified");
-            }
-            Ok(Err(failure)) => {
-                tracing::warn!(%failure, "fast lane: verification unavailable");
-                return error(StatusCode::SERVICE_UNAVAILABLE, "payment_verification_unavailable");
-            }
-            Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, "payment_verification_unavailable"),
-        };
+        let verdict =
+            match tokio::time::timeout(VERIFY_TIMEOUT, self.facilitator.verify(&request)).await {
+                Ok(Ok(verdict)) => verdict,
+                // The gateway judged the request itself wrong: the payment is not acceptable.
+                Ok(Err(GatewayError::Rejected(reason))) => {
+                    tracing::info!(%reason, "fast lane: gateway rejected a payment");
+                    return error(StatusCode::PAYMENT_REQUIRED, "payment_not_verified");
+                }
+                Ok(Err(failure)) => {
+                    tracing::warn!(%failure, "fast lane: verification unavailable");
+                    return error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "payment_verification_unavailable",
+                    );
+                }
+                Err(_) => {
+                    return error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "payment_verification_unavailable",
+                    );
+                }
+            };
         if !verdict.is_valid || verdict.payer.is_empty() {
             return error(StatusCode::PAYMENT_REQUIRED, "payment_not_verified");
         }
@@ -393,12 +442,17 @@ impl FastLane {
             delivered: false,
         };
         match self.record(pending.clone()).await {
-            Ok(()) => self.settle_and_answer(request, pending).await,
-            Err(RecordError::OtherSession) => error(StatusCode::CONFLICT, "payment_already_redeemed"),
-            Err(RecordError::Unresolved) => {
-                error(StatusCode::CONFLICT, "previous_payment_unresolved_do_not_pay_again")
+            Ok(()) => self.settle_and_answer(request, pending, running).await,
+            Err(RecordError::OtherSession) => {
+                error(StatusCode::CONFLICT, "payment_already_redeemed")
             }
-            Err(RecordError::Unavailable) => error(StatusCode::SERVICE_UNAVAILABLE, "fast_lane_unavailable"),
+            Err(RecordError::Unresolved) => error(
+                StatusCode::CONFLICT,
+                "previous_payment_unresolved_do_not_pay_again",
+            ),
+            Err(RecordError::Unavailable) => {
+                error(StatusCode::SERVICE_UNAVAILABLE, "fast_lane_unavailable")
+            }
             Err(failure) => {
                 tracing::warn!(%failure, "fast lane: payment not reserved");
                 error(StatusCode::CONFLICT, "payment_reservation_failed")
@@ -406,9 +460,21 @@ impl FastLane {
         }
     }
 
-    async fn settle_and_answer(self: &Arc<Self>, request: FacilitatorRequest, pending: Receipt) -> Response<Body> {
-        let wait = Duration::from_secs(pending.requirements.max_timeout_seconds.saturating_add(SETTLE_WAIT_GRACE));
+    async fn settle_and_answer(
+        self: &Arc<Self>,
+        request: FacilitatorRequest,
+        pending: Receipt,
+        running: &mut InFlightGuard,
+    ) -> Response<Body> {
+        let wait = Duration::from_secs(
+            pending
+                .requirements
+                .max_timeout_seconds
+                .saturating_add(SETTLE_WAIT_GRACE),
+        );
         let settlement = self.start_settle(request, pending);
+        // The wait can last minutes; it keeps the session busy but frees the shared place.
+        running.release_global();
         match tokio::time::timeout(wait, settlement).await {
             Ok(SettleOutcome::Settled(receipt)) => receipt_answer(&receipt, clock::now_unix()),
             Ok(SettleOutcome::NotSaved) => error(
@@ -424,7 +490,11 @@ impl FastLane {
 
     /// The settlement of `pending`, started in a task of its own unless one is under way: a
     /// client that leaves does not stop it, and its outcome is journaled either way.
-    fn start_settle(self: &Arc<Self>, request: FacilitatorRequest, pending: Receipt) -> SharedSettle {
+    fn start_settle(
+        self: &Arc<Self>,
+        request: FacilitatorRequest,
+        pending: Receipt,
+    ) -> SharedSettle {
         let mut settling = self.settling.lock();
         if let Some(running) = settling.get(&pending.fingerprint) {
             return running.clone();
@@ -445,7 +515,12 @@ impl FastLane {
     }
 
     async fn run_settle(&self, request: FacilitatorRequest, pending: Receipt) -> SettleOutcome {
-        let limit = Duration::from_secs(pending.requirements.max_timeout_seconds.saturating_add(SETTLE_RUN_GRACE));
+        let limit = Duration::from_secs(
+            pending
+                .requirements
+                .max_timeout_seconds
+                .saturating_add(SETTLE_RUN_GRACE),
+        );
         let result = tokio::time::timeout(limit, self.facilitator.settle(request)).await;
         let now = clock::now_unix();
         let response = match result {
@@ -490,7 +565,11 @@ impl FastLane {
         }
     }
 
-    async fn unresolved(&self, pending: Receipt, response: Option<crate::fastlane::x402::SettleResponse>) -> SettleOutcome {
+    async fn unresolved(
+        &self,
+        pending: Receipt,
+        response: Option<crate::fastlane::x402::SettleResponse>,
+    ) -> SettleOutcome {
         let mut unknown = pending;
         unknown.state = ReceiptState::Unknown;
         unknown.response = response;
@@ -536,10 +615,14 @@ impl FastLane {
             return error(StatusCode::BAD_REQUEST, "invalid_request");
         }
         let request = serde_json::json!({ "network": prepare.network, "from": prepare.from });
-        match tokio::time::timeout(PREPARE_TIMEOUT, self.facilitator.solana_prepare(&request)).await {
+        match tokio::time::timeout(PREPARE_TIMEOUT, self.facilitator.solana_prepare(&request)).await
+        {
             Ok(Ok(prepared)) => json(StatusCode::OK, prepared.to_string()),
             Ok(Err(GatewayError::Rejected(_))) => error(StatusCode::BAD_REQUEST, "invalid_request"),
-            Ok(Err(_)) | Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "solana_prepare_unavailable"),
+            Ok(Err(_)) | Err(_) => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "solana_prepare_unavailable",
+            ),
         }
     }
 }
@@ -636,7 +719,8 @@ fn empty_body(body: &[u8]) -> Result<(), Response<Body>> {
     #[serde(deny_unknown_fields)]
     struct Nothing {}
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first.is_none() || (first == Some(&b'{') && serde_json::from_slice::<Nothing>(body).is_ok()) {
+    if first.is_none() || (first == Some(&b'{') && serde_json::from_slice::<Nothing>(body).is_ok())
+    {
         Ok(())
     } else {
         Err(error(StatusCode::BAD_REQUEST, "invalid_request"))
@@ -645,9 +729,18 @@ fn empty_body(body: &[u8]) -> Result<(), Response<Body>> {
 
 fn add_common_headers(headers: &mut HeaderMap) {
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    headers.insert(header::VARY, HeaderValue::from_static("Cookie, Concert-Session"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::VARY,
+        HeaderValue::from_static("Cookie, Concert-Session"),
+    );
 }
 
 fn json(status: StatusCode, body: String) -> Response<Body> {
@@ -667,12 +760,16 @@ pub(crate) fn error(status: StatusCode, code: &str) -> Response<Body> {
 
 fn method_not_allowed(allow: &'static str) -> Response<Body> {
     let mut response = error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
-    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
     response
 }
 
 fn with_retry_after(mut response: Response<Body>, seconds: u32) -> Response<Body> {
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response
 }
 
@@ -680,7 +777,10 @@ fn static_response(content_type: &'static str, body: &'static str) -> Response<B
     let mut response = Response::new(Body::from(body));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(files::CSP));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(files::CSP),
+    );
     response
 }
 
@@ -700,11 +800,23 @@ mod tests {
         let good = STANDARD.encode(payment_json(r#"{"signedTxBlob":"AA"}"#));
         let decoded = decode_payment_header(good.as_bytes()).unwrap();
         assert_eq!(decoded.payload_json, r#"{"signedTxBlob":"AA"}"#);
-        assert_eq!(decode_payment_header(&vec![b'A'; MAX_PAYMENT_HEADER_BYTES + 4]).unwrap_err(), HeaderRefusal::TooLarge);
-        assert_eq!(decode_payment_header(b"not base64!").unwrap_err(), HeaderRefusal::Encoding);
+        assert_eq!(
+            decode_payment_header(&vec![b'A'; MAX_PAYMENT_HEADER_BYTES + 4]).unwrap_err(),
+            HeaderRefusal::TooLarge
+        );
+        assert_eq!(
+            decode_payment_header(b"not base64!").unwrap_err(),
+            HeaderRefusal::Encoding
+        );
         // Unpadded, and padded with stray bits, are not strict base64.
-        assert_eq!(decode_payment_header(good.trim_end_matches('=').as_bytes()).unwrap_err(), HeaderRefusal::Encoding);
-        assert_eq!(decode_payment_header(b"QR==").unwrap_err(), HeaderRefusal::Encoding);
+        assert_eq!(
+            decode_payment_header(good.trim_end_matches('=').as_bytes()).unwrap_err(),
+            HeaderRefusal::Encoding
+        );
+        assert_eq!(
+            decode_payment_header(b"QR==").unwrap_err(),
+            HeaderRefusal::Encoding
+        );
         for bad in [
             payment_json("{}"),
             payment_json("[]"),
@@ -713,7 +825,11 @@ mod tests {
             "{".to_owned(),
         ] {
             let encoded = STANDARD.encode(&bad);
-            assert_eq!(decode_payment_header(encoded.as_bytes()).unwrap_err(), HeaderRefusal::Payload, "{bad}");
+            assert_eq!(
+                decode_payment_header(encoded.as_bytes()).unwrap_err(),
+                HeaderRefusal::Payload,
+                "{bad}"
+            );
         }
     }
 

@@ -217,7 +217,10 @@ mod tests {
         assert_eq!(URL_SAFE_NO_PAD.encode(direct.finalize().into_bytes()), mac);
         let nonce = signed.split('.').next().unwrap();
         let expected = Sha256::digest(format!("session/{nonce}").as_bytes());
-        assert_eq!(keys.verify(&token, NOW).unwrap().id_hex(), hex::encode(expected));
+        assert_eq!(
+            keys.verify(&token, NOW).unwrap().id_hex(),
+            hex::encode(expected)
+        );
     }
 
     #[test]
