@@ -78,11 +78,13 @@ type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 enum Mode {
     /// Test mode without a policy service.
     Skip,
-    Remote {
-        url: http::Uri,
-        authorization: http::HeaderValue,
-        client: HttpClient,
-    },
+    Remote(Box<Remote>),
+}
+
+struct Remote {
+    url: http::Uri,
+    authorization: http::HeaderValue,
+    client: HttpClient,
 }
 
 /// The screening client.
@@ -151,11 +153,11 @@ impl Policy {
             .timer(TokioTimer::new())
             .build(connector);
         Ok(Policy {
-            mode: Mode::Remote {
+            mode: Mode::Remote(Box::new(Remote {
                 url: parsed,
                 authorization,
                 client,
-            },
+            })),
         })
     }
 
@@ -166,14 +168,14 @@ impl Policy {
 
     /// The policy id to record when `screening` is allowed at `now`.
     pub async fn screen(&self, screening: &Screening<'_>, now: u64) -> Result<String, Refusal> {
-        let Mode::Remote {
+        let Mode::Remote(remote) = &self.mode else {
+            return Ok(TEST_MODE_POLICY_ID.to_owned());
+        };
+        let Remote {
             url,
             authorization,
             client,
-        } = &self.mode
-        else {
-            return Ok(TEST_MODE_POLICY_ID.to_owned());
-        };
+        } = &**remote;
         let body = serde_json::to_vec(screening).map_err(|e| Refusal::NoAnswer(e.to_string()))?;
         let request = http::Request::post(url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")

@@ -197,7 +197,7 @@ impl FastLane {
     /// `POST /session`: a new session, or the presented one renewed (same id).
     fn session(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Response<Body> {
         if let Err(refused) = empty_body(body) {
-            return refused;
+            return *refused;
         }
         let existing =
             session_token(headers).filter(|token| self.keys.verify(token, now).is_some());
@@ -287,7 +287,7 @@ impl FastLane {
         running: &mut InFlightGuard,
     ) -> Response<Body> {
         if let Err(refused) = empty_body(body) {
-            return refused;
+            return *refused;
         }
         if !self.journal.is_healthy() {
             return error(StatusCode::SERVICE_UNAVAILABLE, "fast_lane_unavailable");
@@ -315,11 +315,7 @@ impl FastLane {
             return error(StatusCode::BAD_REQUEST, "wrong_resource");
         }
         let accepted_bytes = serde_json::to_vec(&payment.accepted).unwrap_or_default();
-        if !self
-            .payable_bytes
-            .iter()
-            .any(|offer| *offer == accepted_bytes)
-        {
+        if !self.payable_bytes.contains(&accepted_bytes) {
             return error(StatusCode::BAD_REQUEST, "payment_terms_mismatch");
         }
         let terms = payment.accepted.clone();
@@ -714,7 +710,7 @@ fn receipt_answer(receipt: &Receipt, now: u64) -> Response<Body> {
 }
 
 /// Routes without a body accept none, `{}`, or whitespace; anything else is refused.
-fn empty_body(body: &[u8]) -> Result<(), Response<Body>> {
+fn empty_body(body: &[u8]) -> Result<(), Box<Response<Body>>> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Nothing {}
@@ -723,7 +719,7 @@ fn empty_body(body: &[u8]) -> Result<(), Response<Body>> {
     {
         Ok(())
     } else {
-        Err(error(StatusCode::BAD_REQUEST, "invalid_request"))
+        Err(Box::new(error(StatusCode::BAD_REQUEST, "invalid_request")))
     }
 }
 
