@@ -46,6 +46,74 @@
     }
   }
 
+  var BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+  var SYSTEM_PROGRAM = "11111111111111111111111111111111";
+
+  function base58(bytes) {
+    var digits = [];
+    for (var i = 0; i < bytes.length; i++) {
+      var carry = bytes[i];
+      for (var j = 0; j < digits.length; j++) {
+        carry += digits[j] << 8;
+        digits[j] = carry % 58;
+        carry = (carry / 58) | 0;
+      }
+      while (carry > 0) { digits.push(carry % 58); carry = (carry / 58) | 0; }
+    }
+    var out = "";
+    for (var k = 0; k < bytes.length && bytes[k] === 0; k++) { out += "1"; }
+    for (var m = digits.length - 1; m >= 0; m--) { out += BASE58[digits[m]]; }
+    return out;
+  }
+
+  // Solana's compact-u16 length prefix.
+  function compactU16(bytes, at) {
+    var value = 0;
+    for (var shift = 0, i = 0; i < 3; i++, shift += 7) {
+      var b = bytes[at.pos++];
+      value |= (b & 0x7f) << shift;
+      if ((b & 0x80) === 0) { return value; }
+    }
+    throw new Error("bad_length");
+  }
+
+  // Refuses a prepared transfer unless it is exactly one System transfer of the offer's amount
+  // from the connected wallet to the merchant, so the wallet is never asked to sign more.
+  function checkPreparedSolana(prepared, terms, from) {
+    var encoded = prepared.transaction || prepared.message || "";
+    var bytes = Uint8Array.from(window.atob(encoded), function (c) { return c.charCodeAt(0); });
+    var at = { pos: 0 };
+    var signatures = compactU16(bytes, at);
+    at.pos += 64 * signatures;
+    if (bytes[at.pos] & 0x80) { throw new Error("versioned_transaction_refused"); }
+    at.pos += 3;
+    var keyCount = compactU16(bytes, at);
+    var keys = [];
+    for (var i = 0; i < keyCount; i++) {
+      keys.push(base58(bytes.slice(at.pos, at.pos + 32)));
+      at.pos += 32;
+    }
+    at.pos += 32; // recent blockhash
+    var instructions = compactU16(bytes, at);
+    if (instructions !== 1) { throw new Error("unexpected_instructions"); }
+    var program = keys[bytes[at.pos++]];
+    var accountCount = compactU16(bytes, at);
+    var accounts = [];
+    for (var a = 0; a < accountCount; a++) { accounts.push(keys[bytes[at.pos++]]); }
+    var dataLength = compactU16(bytes, at);
+    var data = bytes.slice(at.pos, at.pos + dataLength);
+    if (program !== SYSTEM_PROGRAM || dataLength !== 12 || data[0] !== 2 || data[1] || data[2] || data[3]) {
+      throw new Error("not_a_transfer");
+    }
+    var lamports = 0n;
+    for (var d = 11; d >= 4; d--) { lamports = (lamports << 8n) | BigInt(data[d]); }
+    if (keys[0] !== from || accounts[0] !== from || accounts[1] !== terms.payTo ||
+        lamports.toString() !== String(terms.amount)) {
+      throw new Error("prepared_transfer_mismatch");
+    }
+    return prepared;
+  }
+
   function adapterFor(network) {
     var wallets = window.concertWallets || {};
     return wallets[network] || wallets[family(network)] || null;
@@ -176,7 +244,7 @@
         var prepared = await post("/solana/prepare", {}, JSON.stringify({ network: accepted.network, from: address }));
         var preparedBody = await readJson(prepared);
         if (!prepared.ok) { throw new Error(preparedBody.error || "prepare_failed"); }
-        return preparedBody;
+        return checkPreparedSolana(preparedBody, accepted, address);
       }
     });
     var payment = { x402Version: 2, resource: required.resource, accepted: accepted, payload: payload };

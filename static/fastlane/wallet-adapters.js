@@ -16,8 +16,9 @@
 //          "payload" member, e.g. {"signedTxBlob": "..."} on XRPL or {"transaction": "..."}
 //          on Stellar, Hedera and Solana. `requirements` are the exact terms to pay; the
 //          adapter must not change them. For Solana, `prepare(address)` returns the unsigned
-//          transfer the server built ({transaction, ...}); the adapter must check that it
-//          pays requirements.payTo exactly requirements.amount lamports before signing.
+//          transfer the server built ({transaction: base64, ...}), already checked by the page
+//          to be one System transfer of exactly requirements.amount lamports from `address` to
+//          requirements.payTo; the adapter signs that and nothing else.
 //
 // The page builds the x402 v2 payment around the payload, keeps it in sessionStorage until the
 // server gives a final answer, and only ever retries that same signed payment.
