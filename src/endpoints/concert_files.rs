@@ -1,14 +1,16 @@
-//! `/_concert/…`: the waiting page's own files and the skip-link configuration. The fast lane is
-//! not part of this build, so its other routes answer as an installation without it does.
+//! `/_concert/…` while no fast lane is configured: the waiting page's and the access page's
+//! files and the skip-link configuration; every other route answers as an installation
+//! without a fast lane does. A configured lane answers the whole tree itself
+//! ([`crate::fastlane::service::FastLane::handle`]).
 
 use axum::body::Body;
 use axum::response::IntoResponse;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 
-use crate::paths::reserved::{CONCERT_CONFIG, without_trailing_slash};
+use crate::fastlane::service::files;
+use crate::paths::reserved::{CONCERT_CONFIG, CONCERT_TREE, without_trailing_slash};
 use crate::respond::Rejection;
 use crate::respond::values::{NO_STORE, json_response};
-use crate::room::page::concert_asset;
 
 /// The answer for `path` under `/_concert`; `skip_url` is `-skip-url`.
 pub(crate) fn answer(skip_url: &str, method: &Method, path: &str) -> Response<Body> {
@@ -25,7 +27,8 @@ pub(crate) fn answer(skip_url: &str, method: &Method, path: &str) -> Response<Bo
         .to_string();
         return json_response(StatusCode::OK, body);
     }
-    if let Some((content_type, body)) = concert_asset(path) {
+    let relative = path.strip_prefix(CONCERT_TREE).unwrap_or(path);
+    if let Some((content_type, body)) = files::static_file(relative) {
         if !readable {
             return Rejection::MethodNotAllowed { allow: "GET, HEAD" }.into_response();
         }
@@ -43,7 +46,7 @@ pub(crate) fn answer(skip_url: &str, method: &Method, path: &str) -> Response<Bo
         );
         headers.insert(
             header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static("default-src 'self'; img-src 'self' data: https:"),
+            HeaderValue::from_static(files::CSP),
         );
         return response;
     }

@@ -14,5 +14,6 @@
 pub mod chains;
 pub mod facilitator;
 pub mod mechanism;
+pub mod service;
 pub mod settings;
 pub mod x402;

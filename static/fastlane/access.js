@@ -1,0 +1,311 @@
+// The fast-lane access page: shows the merchant's offers, gets a session, and pays with a
+// wallet adapter (see wallet-adapters.js) through the x402 v2 exchange at /_concert/payment.
+//
+// A signed payment is kept in sessionStorage until the server gives a final answer, and only
+// that same payment is ever sent again, so a lost answer can never lead to paying twice.
+(function () {
+  "use strict";
+
+  var PENDING_KEY = "concert.pending-payment";
+  var BASE = "/_concert";
+  // Decimal places of each chain's native unit, by CAIP-2 family.
+  var DECIMALS = { xrpl: 6, solana: 9, stellar: 7, hedera: 8 };
+  var UNITS = { xrpl: "XRP", solana: "SOL", stellar: "XLM", hedera: "HBAR" };
+
+  var csrf = "";
+  var config = null;
+
+  function $(id) { return document.getElementById(id); }
+
+  function say(text) { $("state").textContent = text; }
+
+  function family(network) { return String(network).split(":")[0]; }
+
+  // Atomic units as a decimal string in display units, without floating point.
+  function displayAmount(atomic, network) {
+    var places = DECIMALS[family(network)];
+    var digits = String(atomic);
+    if (!/^[0-9]+$/.test(digits) || places === undefined) { return digits; }
+    while (digits.length <= places) { digits = "0" + digits; }
+    var whole = digits.slice(0, digits.length - places);
+    var fraction = digits.slice(digits.length - places);
+    return whole + "." + fraction + " " + (UNITS[family(network)] || "");
+  }
+
+  // Where to go after paying: a same-origin path outside /_concert, else the site's root.
+  function returnTarget() {
+    var wanted = new URLSearchParams(window.location.search).get("return");
+    if (!wanted) { return "/"; }
+    try {
+      var target = new URL(wanted, window.location.origin);
+      if (target.origin !== window.location.origin) { return "/"; }
+      if (target.pathname === BASE || target.pathname.indexOf(BASE + "/") === 0) { return "/"; }
+      return target.pathname + target.search + target.hash;
+    } catch (e) {
+      return "/";
+    }
+  }
+
+  var BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+  var SYSTEM_PROGRAM = "11111111111111111111111111111111";
+
+  function base58(bytes) {
+    var digits = [];
+    for (var i = 0; i < bytes.length; i++) {
+      var carry = bytes[i];
+      for (var j = 0; j < digits.length; j++) {
+        carry += digits[j] << 8;
+        digits[j] = carry % 58;
+        carry = (carry / 58) | 0;
+      }
+      while (carry > 0) { digits.push(carry % 58); carry = (carry / 58) | 0; }
+    }
+    var out = "";
+    for (var k = 0; k < bytes.length && bytes[k] === 0; k++) { out += "1"; }
+    for (var m = digits.length - 1; m >= 0; m--) { out += BASE58[digits[m]]; }
+    return out;
+  }
+
+  // Solana's compact-u16 length prefix.
+  function compactU16(bytes, at) {
+    var value = 0;
+    for (var shift = 0, i = 0; i < 3; i++, shift += 7) {
+      var b = bytes[at.pos++];
+      value |= (b & 0x7f) << shift;
+      if ((b & 0x80) === 0) { return value; }
+    }
+    throw new Error("bad_length");
+  }
+
+  // Refuses a prepared transfer unless it is exactly one System transfer of the offer's amount
+  // from the connected wallet to the merchant, so the wallet is never asked to sign more.
+  function checkPreparedSolana(prepared, terms, from) {
+    var encoded = prepared.transaction || prepared.message || "";
+    var bytes = Uint8Array.from(window.atob(encoded), function (c) { return c.charCodeAt(0); });
+    var at = { pos: 0 };
+    var signatures = compactU16(bytes, at);
+    at.pos += 64 * signatures;
+    if (bytes[at.pos] & 0x80) { throw new Error("versioned_transaction_refused"); }
+    at.pos += 3;
+    var keyCount = compactU16(bytes, at);
+    var keys = [];
+    for (var i = 0; i < keyCount; i++) {
+      keys.push(base58(bytes.slice(at.pos, at.pos + 32)));
+      at.pos += 32;
+    }
+    at.pos += 32; // recent blockhash
+    var instructions = compactU16(bytes, at);
+    if (instructions !== 1) { throw new Error("unexpected_instructions"); }
+    var program = keys[bytes[at.pos++]];
+    var accountCount = compactU16(bytes, at);
+    var accounts = [];
+    for (var a = 0; a < accountCount; a++) { accounts.push(keys[bytes[at.pos++]]); }
+    var dataLength = compactU16(bytes, at);
+    var data = bytes.slice(at.pos, at.pos + dataLength);
+    if (program !== SYSTEM_PROGRAM || dataLength !== 12 || data[0] !== 2 || data[1] || data[2] || data[3]) {
+      throw new Error("not_a_transfer");
+    }
+    var lamports = 0n;
+    for (var d = 11; d >= 4; d--) { lamports = (lamports << 8n) | BigInt(data[d]); }
+    if (keys[0] !== from || accounts[0] !== from || accounts[1] !== terms.payTo ||
+        lamports.toString() !== String(terms.amount)) {
+      throw new Error("prepared_transfer_mismatch");
+    }
+    return prepared;
+  }
+
+  function adapterFor(network) {
+    var wallets = window.concertWallets || {};
+    return wallets[network] || wallets[family(network)] || null;
+  }
+
+  function toBase64(text) {
+    var bytes = new TextEncoder().encode(text);
+    var binary = "";
+    for (var i = 0; i < bytes.length; i++) { binary += String.fromCharCode(bytes[i]); }
+    return window.btoa(binary);
+  }
+
+  function fromBase64(text) {
+    var binary = window.atob(text);
+    var bytes = new Uint8Array(binary.length);
+    for (var i = 0; i < binary.length; i++) { bytes[i] = binary.charCodeAt(i); }
+    return new TextDecoder().decode(bytes);
+  }
+
+  async function readJson(response) {
+    try { return await response.json(); } catch (e) { return {}; }
+  }
+
+  async function startSession() {
+    var response = await fetch(BASE + "/session", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json" },
+      body: "{}"
+    });
+    var body = await readJson(response);
+    if (!response.ok || !body.csrf) { throw new Error(body.error || "session_failed"); }
+    csrf = body.csrf;
+    return body;
+  }
+
+  // POST with the session's CSRF value; renews the session once when the server asks.
+  async function post(path, headers, body) {
+    if (!csrf) { await startSession(); }
+    for (var attempt = 0; attempt < 2; attempt++) {
+      var all = { "Content-Type": "application/json", "X-Concert-CSRF": csrf };
+      Object.keys(headers || {}).forEach(function (name) { all[name] = headers[name]; });
+      var response = await fetch(BASE + path, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: all,
+        body: body || "{}"
+      });
+      if (attempt === 0 && (response.status === 409 || response.status === 401 || response.status === 403)) {
+        var peek = await readJson(response.clone());
+        if (peek.error === "session_renewal_required" || peek.error === "session_required" ||
+            peek.error === "csrf_required") {
+          await startSession();
+          continue;
+        }
+      }
+      return response;
+    }
+    return response;
+  }
+
+  function pending() {
+    try { return window.sessionStorage.getItem(PENDING_KEY); } catch (e) { return null; }
+  }
+
+  function keepPending(header) {
+    try { window.sessionStorage.setItem(PENDING_KEY, header); } catch (e) { /* private mode */ }
+  }
+
+  function dropPending() {
+    try { window.sessionStorage.removeItem(PENDING_KEY); } catch (e) { /* private mode */ }
+    $("pending").hidden = true;
+  }
+
+  function done(body) {
+    dropPending();
+    var until = body.expires ? new Date(body.expires).toLocaleTimeString() : "";
+    say("Paid. You are in the fast lane" + (until ? " until " + until : "") + ". Taking you back…");
+    window.setTimeout(function () { window.location.assign(returnTarget()); }, 1500);
+  }
+
+  // Sends the stored payment exactly as it was signed and acts on the answer.
+  async function sendPending() {
+    var header = pending();
+    if (!header) { return; }
+    $("pending").hidden = false;
+    say("Sending your payment…");
+    var response = await post("/payment", { "PAYMENT-SIGNATURE": header });
+    var body = await readJson(response);
+    if (response.ok) { done(body); return; }
+    var code = body.error || String(response.status);
+    if (response.status === 503 || code === "request_in_progress" || code === "verification_busy") {
+      // The outcome is open: keep the signed payment and offer the identical retry.
+      say("The payment's result is not known yet (" + code + "). Do not pay again; retry below.");
+      return;
+    }
+    if (code === "previous_payment_unresolved_do_not_pay_again") {
+      say("An earlier payment of this session is unresolved. Do not pay again; contact the merchant.");
+      return;
+    }
+    // A final refusal: this signed payment will never be taken, so it is dropped.
+    dropPending();
+    say("The payment was not accepted (" + code + "). Nothing was charged by this page.");
+  }
+
+  async function pay(offer) {
+    if (pending()) { await sendPending(); return; }
+    var terms = offer.requirements;
+    var adapter = adapterFor(terms.network);
+    if (!adapter) { $("no-wallet").hidden = false; return; }
+    say("Connecting to your wallet…");
+    var probe = await post("/payment", {});
+    var probeBody = await readJson(probe);
+    if (probe.ok) { done(probeBody); return; }
+    if (probe.status !== 402) { say("The fast lane cannot take payments now (" + (probeBody.error || probe.status) + ")."); return; }
+    var required = JSON.parse(fromBase64(probe.headers.get("PAYMENT-REQUIRED") || toBase64(JSON.stringify(probeBody))));
+    var accepted = (required.accepts || []).filter(function (candidate) {
+      return JSON.stringify(candidate) === JSON.stringify(terms);
+    })[0];
+    if (!accepted) { say("The offer changed; reload the page."); return; }
+    var account = await adapter.connect({ network: accepted.network, offer: offer });
+    var payload = await adapter.createPaymentPayload({
+      network: accepted.network,
+      address: account.address,
+      requirements: accepted,
+      resource: required.resource,
+      prepare: async function (address) {
+        var prepared = await post("/solana/prepare", {}, JSON.stringify({ network: accepted.network, from: address }));
+        var preparedBody = await readJson(prepared);
+        if (!prepared.ok) { throw new Error(preparedBody.error || "prepare_failed"); }
+        return checkPreparedSolana(preparedBody, accepted, address);
+      }
+    });
+    var payment = { x402Version: 2, resource: required.resource, accepted: accepted, payload: payload };
+    // Stored before sending: if the answer is lost, this exact payment is what gets retried.
+    keepPending(toBase64(JSON.stringify(payment)));
+    await sendPending();
+  }
+
+  function showOffers() {
+    $("merchant").textContent = config.merchant || "Fast lane";
+    var minutes = Math.round((config.pass_seconds || 0) / 60);
+    $("summary").textContent = "Skip the line for " + (minutes >= 1 ? minutes + " minutes" : config.pass_seconds + " seconds") +
+      ". Entry still depends on the site's capacity.";
+    [["terms", config.terms_url], ["privacy", config.privacy_url], ["refund", config.refund_url]].forEach(function (link) {
+      if (link[1]) { $(link[0]).href = link[1]; } else { $(link[0]).hidden = true; }
+    });
+    var list = $("offers");
+    var anyAdapter = false;
+    (config.offers || []).forEach(function (offer) {
+      var terms = offer.requirements;
+      var item = document.createElement("li");
+      var button = document.createElement("button");
+      button.type = "button";
+      button.textContent = offer.label + " — " + displayAmount(terms.amount, terms.network);
+      if (adapterFor(terms.network)) {
+        anyAdapter = true;
+      } else {
+        button.disabled = true;
+        button.title = "No wallet adapter for " + terms.network;
+      }
+      button.addEventListener("click", function () {
+        pay(offer).catch(function (e) { say("Something went wrong: " + e.message); });
+      });
+      item.appendChild(button);
+      list.appendChild(item);
+    });
+    if (!anyAdapter) { $("no-wallet").hidden = false; }
+    if (config.test_mode) { say("Test mode: payments use test networks."); }
+  }
+
+  async function start() {
+    $("back").href = returnTarget();
+    $("retry").addEventListener("click", function () {
+      sendPending().catch(function (e) { say("Something went wrong: " + e.message); });
+    });
+    var response = await fetch(BASE + "/config", { credentials: "same-origin" });
+    config = await readJson(response);
+    if (!config.enabled) {
+      $("summary").textContent = "The fast lane is not available on this site.";
+      if (config.legacy_skip_url) { $("back").href = config.legacy_skip_url; }
+      return;
+    }
+    showOffers();
+    await startSession();
+    var status = await readJson(await fetch(BASE + "/status", { credentials: "same-origin" }));
+    if (status.eligible) { say("You are already in the fast lane."); }
+    if (pending()) {
+      $("pending").hidden = false;
+      say("A payment from earlier is waiting for its result; retrying sends the same payment.");
+    }
+  }
+
+  start().catch(function (e) { say("The fast lane could not start: " + e.message); });
+})();
