@@ -259,6 +259,8 @@ pub struct App {
     /// The stop as long-lived answers see it: event streams end and WebSockets close when the
     /// drain starts, instead of holding the stop for its whole grace period.
     pub drain: proxy::Drain,
+    /// The fast lane, when `fastlane.json` configures one (set once at start-up).
+    pub fastlane: std::sync::OnceLock<Arc<crate::fastlane::service::FastLane>>,
 }
 
 /// A refused live change, with the status the API answers.
@@ -371,6 +373,7 @@ impl App {
             data_dir,
             spool: Arc::new(spool),
             tls: Arc::new(tls),
+            fastlane: std::sync::OnceLock::new(),
         }))
     }
 
@@ -398,6 +401,11 @@ impl App {
         self.connections
             .get_or_init(|| Arc::new(WorkerLoad::new(workers)))
             .clone()
+    }
+
+    /// The fast lane when one is configured and switched on.
+    pub fn fast_lane(&self) -> Option<&Arc<crate::fastlane::service::FastLane>> {
+        self.fastlane.get().filter(|lane| lane.settings().enabled)
     }
 
     /// The current generation; the caller keeps it for the whole request.

@@ -16,7 +16,7 @@ use super::request::RequestInfo;
 use super::upload;
 use crate::admission::cookies::{ADMIT, PRIORITY, ROOM_PASS, TICKET, read_cookies};
 use crate::admission::pass::{PassId, PassStatus, unix_now};
-use crate::admission::priority::{GrantAction, LaneDecision, LaneRequest};
+use crate::admission::priority::{GrantAction, LaneDecision, LaneRequest, Rank};
 use crate::app::{App, Generation};
 use crate::paths::reserved::QUEUE_STATUS;
 use crate::proxy::OriginPriority;
@@ -57,9 +57,16 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
         return removed_from_line(generation, info);
     }
     let pass = app.pass.verify_cookie(admit_cookie, now);
-    let rank = app
+    let mut rank = app
         .priority
         .request_rank(&app.pass, priority_cookie, pass.valid(), now);
+    // A running fast-lane pass ranks the request at least customer.
+    let fast_lane = app
+        .fast_lane()
+        .is_some_and(|lane| lane.eligible(req.headers(), now).is_some());
+    if fast_lane && rank < Rank::Customer {
+        rank = Rank::Customer;
+    }
     app.priority.count_request(rank);
     info.rank
         .store(rank.as_u8(), std::sync::atomic::Ordering::Relaxed);
@@ -73,7 +80,7 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
             lane_rank: config.priority_lane_rank,
             wait: config.priority_wait,
             retry_after: config.effective_retry_after(),
-            fast_lane: false,
+            fast_lane,
             writes: !matches!(*req.method(), Method::GET | Method::HEAD),
         };
         match app.priority.gate(&generation.lane, request).await {

@@ -135,9 +135,20 @@ async fn run_stages<B: RequestBody + Unpin>(
             Stage::Ops => {
                 endpoints::ops::handle(&app, info.path(), info.query(), info.client, req).await
             }
-            Stage::ConcertFiles => {
-                endpoints::concert_files::answer(&generation.config.skip_url, &method, info.path())
-            }
+            Stage::ConcertFiles => match app.fastlane.get() {
+                Some(lane) => {
+                    // An unknown peer (in-process use) still gets a rate-limit bucket of its own.
+                    let client = info
+                        .client
+                        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+                    lane.handle(req.map(axum::body::Body::new), client).await
+                }
+                None => endpoints::concert_files::answer(
+                    &generation.config.skip_url,
+                    &method,
+                    info.path(),
+                ),
+            },
             Stage::QueueStatus => endpoints::queue_status::answer(
                 &app.room,
                 &generation.cookies,
