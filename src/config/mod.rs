@@ -229,6 +229,8 @@ pub struct Config {
     pub admit_secret_previous: Option<Vec<u8>>,
     /// `CONCERT_PORTAL_PASS`; empty means no portal and no history.
     pub portal_pass: String,
+    /// `CONCERT_POLICY_TOKEN`: the bearer token for the fast lane's policy service.
+    pub policy_token: String,
     /// Where the portal's IP details come from: `NADDR_DATA`, `NADDR_DATA_POLL` and
     /// `NADDR_ADDR`, as set in the environment (read by [`crate::ipinfo`]).
     pub ip_details_env: Vec<(String, String)>,
@@ -354,6 +356,7 @@ impl Default for Config {
             admit_secret_generated: false,
             admit_secret_previous: None,
             portal_pass: String::new(),
+            policy_token: String::new(),
             ip_details_env: Vec::new(),
             demo: false,
             log_format: LogFormat::Text,
@@ -386,6 +389,7 @@ impl fmt::Debug for Config {
                 "admit_secret_previous",
                 &redacted(self.admit_secret_previous.is_some()),
             )
+            .field("policy_token", &redacted(!self.policy_token.is_empty()))
             .field("portal_pass", &redacted(!self.portal_pass.is_empty()))
             .field("demo", &self.demo)
             .field("log_format", &self.log_format)
@@ -759,6 +763,7 @@ fn load_secrets(config: &mut Config, env: &dyn EnvSource) {
     config.admit_secret_previous =
         env_value(env, "CONCERT_ADMIT_SECRET_PREVIOUS").map(String::into_bytes);
     config.portal_pass = env_value(env, "CONCERT_PORTAL_PASS").unwrap_or_default();
+    config.policy_token = env_value(env, "CONCERT_POLICY_TOKEN").unwrap_or_default();
     config.ip_details_env = ["NADDR_DATA", "NADDR_DATA_POLL", "NADDR_ADDR"]
         .into_iter()
         .filter_map(|key| Some((key.to_owned(), env_value(env, key)?)))
