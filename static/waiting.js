@@ -46,6 +46,9 @@
     skipPrice: byId('skip-price'),
     skipLink: byId('skip-link'),
     fastlaneLink: byId('fastlane-link'),
+    fastlaneOffer: byId('fastlane-offer'),
+    fastlaneTerms: byId('fastlane-terms'),
+    fastlaneTermsLink: byId('fastlane-terms-link'),
     cookiesNotice: byId('notice-cookies'),
     unavailableNotice: byId('notice-unavailable'),
     announce: byId('announce'),
@@ -259,7 +262,57 @@
         encodeURIComponent(window.location.pathname + window.location.search));
     }
     show(el.fastlaneLink, fastlane);
+    var offer = fastlane ? describeOffer(state.config) : '';
+    setText(el.fastlaneOffer, offer);
+    show(el.fastlaneOffer, offer !== '');
+    var terms = fastlane ? safeLink(state.config.terms_url) : '';
+    if (terms !== '') {
+      el.fastlaneTermsLink.setAttribute('href', terms);
+    }
+    show(el.fastlaneTerms, terms !== '');
     show(el.skip, legacy || fastlane);
+  }
+
+  // Smallest units per whole coin, by network family, for the offer's price.
+  var COIN_DECIMALS = { xrpl: 6, solana: 9, stellar: 7, hedera: 8 };
+  var COIN_NAMES = { xrpl: 'XRP', solana: 'SOL', stellar: 'XLM', hedera: 'HBAR' };
+
+  // An amount in smallest units as coins, by string arithmetic (amounts exceed 2^53).
+  function coins(atomic, network) {
+    var family = String(network).split(':')[0];
+    var places = COIN_DECIMALS[family];
+    var digits = String(atomic);
+    if (places === undefined || !/^[0-9]+$/.test(digits)) {
+      return '';
+    }
+    while (digits.length <= places) {
+      digits = '0' + digits;
+    }
+    var fraction = digits.slice(digits.length - places).replace(/0+$/, '');
+    var whole = digits.slice(0, digits.length - places);
+    return whole + (fraction ? '.' + fraction : '') + ' ' + COIN_NAMES[family];
+  }
+
+  // "2 XRP or 0.015 SOL buys 5 minutes in the fast lane": the prices and what they buy.
+  function describeOffer(config) {
+    var offers = Array.isArray(config.offers) ? config.offers : [];
+    var prices = [];
+    offers.forEach(function (offer) {
+      var terms = offer && offer.requirements;
+      var price = terms ? coins(terms.amount, terms.network) : '';
+      if (price !== '' && prices.indexOf(price) < 0) {
+        prices.push(price);
+      }
+    });
+    var seconds = Number(config.pass_seconds);
+    if (prices.length === 0 || !Number.isFinite(seconds) || seconds <= 0) {
+      return '';
+    }
+    var minutes = Math.round(seconds / 60);
+    var length = seconds < 120 ? seconds + ' seconds' :
+      minutes + (minutes === 1 ? ' minute' : ' minutes');
+    return prices.join(' or ') + ' buys ' + length +
+      ' in the fast lane, past this line while it lasts.';
   }
 
   function setConnection(tone) {
