@@ -49,10 +49,34 @@ fn unknown_flag_is_a_usage_error() {
     let err = usage_error(&["-data-dir=", "stray"]);
     assert!(err.contains("unexpected argument \"stray\""), "{err}");
     let err = usage_error(&["reconcile", "-data-dir="]);
+    assert!(err.contains("usage: concert reconcile"), "{err}");
+    let err = usage_error(&["-data-dir=", "reconcile"]);
     assert!(
-        err.contains("\"reconcile\" is a command of the fast lane"),
+        err.contains("\"reconcile\" is a command: give it first"),
         "{err}"
     );
+}
+
+#[test]
+fn example_prints_a_starting_file_and_reconcile_needs_the_journal_to_itself() {
+    for which in ["fastlane", "networks"] {
+        let out = run(&["example", which]);
+        assert!(out.status.success(), "{which}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(json.is_object(), "{which}");
+        assert!(
+            !out.stderr.is_empty(),
+            "{which}: the explanation goes to stderr"
+        );
+    }
+    assert_eq!(run(&["example", "nope"]).status.code(), Some(2));
+
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap();
+    let out = run(&["reconcile", "-data-dir", dir, &"a".repeat(64)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no settlement journal"), "{err}");
 }
 
 #[test]

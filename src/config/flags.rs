@@ -263,7 +263,7 @@ fn usage_message(error: &clap::Error, args: &[String]) -> String {
                 )
             }
             None if FAST_LANE_COMMANDS.contains(&arg) => format!(
-                "{arg:?} is a command of the fast lane, which is not in this version\n{HINT}"
+                "{arg:?} is a command: give it first, before any flag (concert {arg} …)\n{HINT}"
             ),
             None => format!("unexpected argument {arg:?}: Concert takes only flags\n{HINT}"),
         },
@@ -281,8 +281,9 @@ fn usage_message(error: &clap::Error, args: &[String]) -> String {
     }
 }
 
-/// The fast lane's subcommands (`concert example …`, `concert reconcile …`): recognised, so
-/// that asking for one is told it is not in this version rather than given a flag error.
+/// The fast lane's commands (`concert example …`, `concert reconcile …`) run only when they are
+/// the first argument; named after a flag, they are told where to go rather than given a
+/// flag error.
 const FAST_LANE_COMMANDS: &[&str] = &["example", "reconcile"];
 
 /// Secrets that have no flag on purpose (a flag's value shows in the process list).

@@ -11,8 +11,11 @@
 //! `x402` holds the wire types both halves and the chains share; `settings` the parsed
 //! `fastlane.json` and `networks.json`.
 
+pub mod canonical;
 pub mod chains;
+pub mod commands;
 pub mod facilitator;
+pub mod gateway;
 pub mod mechanism;
 pub mod service;
 pub mod settings;

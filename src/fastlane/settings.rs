@@ -2,11 +2,22 @@
 //! mainnets refused in test mode, https-only endpoints) and the commented examples printed by
 //! `concert example fastlane|networks` live beside these types.
 
+pub mod addresses;
+mod examples;
+mod validate;
+
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::x402::PaymentRequirements;
+pub use examples::{
+    FASTLANE_EXAMPLE_NOTES, NETWORKS_EXAMPLE_NOTES, example_fastlane, example_networks,
+};
+pub use validate::{
+    FASTLANE_FILE, KNOWN_NETWORKS, MAX_FILE_BYTES, NETWORKS_FILE, is_mainnet, load_files,
+    parse_fastlane, parse_networks, validate_fastlane, validate_networks,
+};
 
 /// `fastlane.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,11 +118,35 @@ pub struct NetworkSettings {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub secret_env: String,
     /// Drops (XRPL) or stroops (Stellar); 0 = the chain's default cap.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "number_or_numeric_text")]
     pub max_fee: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "number_or_numeric_text")]
     pub max_fee_tinybars: u64,
     /// Refused when set: websocket endpoints are not supported.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub ws: String,
+}
+
+/// A whole number written bare (`1000`) or quoted (`"1000"`), as the original's files allow.
+/// Read through `Value` so the literal is seen as written: a negative or fractional fee is
+/// refused with its text rather than silently wrapped or rounded.
+fn number_or_numeric_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    use serde::de::Error;
+    let value = serde_json::Value::deserialize(deserializer)?;
+    let text = match &value {
+        serde_json::Value::Number(number) => number.to_string(),
+        serde_json::Value::String(text) => text.trim().to_string(),
+        other => {
+            return Err(D::Error::custom(format!(
+                "expected a whole number of at least 0, got {other}"
+            )));
+        }
+    };
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(D::Error::custom(format!(
+            "expected a whole number of at least 0, got {value}"
+        )));
+    }
+    text.parse::<u64>()
+        .map_err(|_| D::Error::custom(format!("{value} is too large")))
 }
