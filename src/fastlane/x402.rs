@@ -79,9 +79,17 @@ pub struct FacilitatorRequest {
 pub struct VerifyResponse {
     #[serde(rename = "isValid")]
     pub is_valid: bool,
-    #[serde(rename = "invalidReason", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "invalidReason",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub invalid_reason: Option<String>,
-    #[serde(rename = "invalidMessage", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "invalidMessage",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub invalid_message: Option<String>,
     pub payer: String,
 }
@@ -110,7 +118,11 @@ impl VerifyResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SettleResponse {
     pub success: bool,
-    #[serde(rename = "errorReason", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "errorReason",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub error_reason: Option<String>,
     pub transaction: String,
     pub network: String,
