@@ -11,6 +11,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use concert::fastlane::chains::solana::rpc::{JsonRpcClient, MAX_ANSWER_BYTES, RpcError};
 use concert::fastlane::chains::solana::transfer::{parse_key, unsigned_transfer};
 use concert::fastlane::chains::solana::wire::Transaction;
 use concert::fastlane::chains::solana::{
@@ -477,4 +478,76 @@ async fn prepare_builds_the_transfer_on_a_finalized_blockhash() {
         Err(PrepareError::Invalid(_))
     ));
     assert_eq!(rpc.calls("getLatestBlockhash"), 1);
+}
+
+/// A server answering every POST with `reply`, for the client's limits.
+async fn serve_raw(reply: fn() -> axum::response::Response) -> String {
+    let router = Router::new().route("/", post(move || async move { reply() }));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    format!("http://{address}/")
+}
+
+#[tokio::test]
+async fn the_client_follows_no_redirect() {
+    let url = serve_raw(|| {
+        axum::response::Response::builder()
+            .status(307)
+            .header("location", "http://127.0.0.1:1/")
+            .body(axum::body::Body::empty())
+            .expect("response")
+    })
+    .await;
+    let client = JsonRpcClient::new(&url).expect("client");
+    let answer = client.call::<Value>("getGenesisHash", json!([])).await;
+    assert!(matches!(answer, Err(RpcError::Status(307))), "{answer:?}");
+}
+
+#[tokio::test]
+async fn the_client_stops_reading_past_four_mebibytes() {
+    // Declared length over the limit.
+    let declared = serve_raw(|| {
+        let filler = " ".repeat(MAX_ANSWER_BYTES);
+        axum::response::Response::new(axum::body::Body::from(format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1}}{filler}"
+        )))
+    })
+    .await;
+    let client = JsonRpcClient::new(&declared).expect("client");
+    let answer = client.call::<u64>("getSlot", json!([])).await;
+    assert!(matches!(answer, Err(RpcError::TooLarge)), "{answer:?}");
+
+    // No declared length: chunks until the limit is passed.
+    let chunked = serve_raw(|| {
+        let chunks = (0..80).map(|_| Ok::<_, std::io::Error>(vec![b' '; 64 * 1024]));
+        axum::response::Response::new(axum::body::Body::from_stream(futures_util::stream::iter(
+            chunks,
+        )))
+    })
+    .await;
+    let client = JsonRpcClient::new(&chunked).expect("client");
+    let answer = client.call::<u64>("getSlot", json!([])).await;
+    assert!(matches!(answer, Err(RpcError::TooLarge)), "{answer:?}");
+}
+
+#[tokio::test]
+async fn the_client_gives_up_on_a_silent_endpoint() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    // Accepts and never answers.
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let client = JsonRpcClient::new(&format!("http://{address}/"))
+        .expect("client")
+        .with_timeout(Duration::from_millis(200));
+    let answer = client.call::<u64>("getSlot", json!([])).await;
+    assert!(matches!(answer, Err(RpcError::Timeout)), "{answer:?}");
+    holder.abort();
 }

@@ -41,7 +41,7 @@ pub enum RpcError {
     Endpoint(String),
     #[error("TLS setup: {0}")]
     Tls(String),
-    #[error("no answer within {} s", CALL_TIMEOUT.as_secs())]
+    #[error("no complete answer in time")]
     Timeout,
     #[error("transport: {0}")]
     Transport(String),
@@ -62,6 +62,7 @@ pub struct JsonRpcClient {
     endpoint: Uri,
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     next_id: Arc<AtomicU64>,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for JsonRpcClient {
@@ -111,7 +112,14 @@ impl JsonRpcClient {
             endpoint: uri,
             http,
             next_id: Arc::new(AtomicU64::new(1)),
+            timeout: CALL_TIMEOUT,
         })
+    }
+
+    /// Replaces the whole-call limit (tests shorten it).
+    pub fn with_timeout(mut self, timeout: Duration) -> JsonRpcClient {
+        self.timeout = timeout;
+        self
     }
 
     pub fn endpoint(&self) -> &Uri {
@@ -125,7 +133,7 @@ impl JsonRpcClient {
         method: &str,
         params: Value,
     ) -> Result<T, RpcError> {
-        tokio::time::timeout(CALL_TIMEOUT, self.call_unbounded(method, params))
+        tokio::time::timeout(self.timeout, self.call_unbounded(method, params))
             .await
             .map_err(|_| RpcError::Timeout)?
     }
