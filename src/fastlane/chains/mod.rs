@@ -2,4 +2,5 @@
 //! built from its `networks.json` entry; the gateway never knows which chain it talks to.
 
 pub mod rpc;
+pub mod solana;
 pub mod xrpl;
