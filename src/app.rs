@@ -62,6 +62,9 @@ pub enum BuildError {
     Spool(std::io::Error),
     #[error("{0}")]
     Tls(String),
+    /// `fastlane.json`, `networks.json`, a secret the lane needs, or its journals.
+    #[error("{0}")]
+    FastLane(String),
 }
 
 impl Generation {
@@ -545,6 +548,9 @@ impl App {
         self.room.reconfigure(generation.room_settings());
         self.abuse
             .reconfigure(abuse::AbuseSettings::from_config(&generation.config));
+        if let Some(lane) = self.fastlane.get() {
+            lane.set_entry_ttl(generation.config.fastlane_entry_ttl);
+        }
         Ok(generation)
     }
 

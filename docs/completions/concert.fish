@@ -8,9 +8,9 @@ complete -c concert -l reaper -d 'How often abandoned tickets are cleared. 0 use
 complete -c concert -l retry-after -d 'Retry-After sent to waiting clients and the page\'s poll interval. 0 becomes 1. [default: 5] [env: CONCERT_RETRY_AFTER]' -r
 complete -c concert -l api-json -d 'Clients that do not accept HTML get a 429 JSON answer instead of the waiting page. [default: true] [env: CONCERT_API_JSON]' -r
 complete -c concert -l html -d 'HTML file used as the waiting page. Empty uses the built-in page. [default: ""] [env: CONCERT_HTML_FILE]' -r
-complete -c concert -l fastlane-config -d 'Fast lane configuration. Empty uses fastlane.json in the data directory when present. Not in this version yet (no effect). Restart to change. [default: ""] [env: CONCERT_FASTLANE_CONFIG]' -r
-complete -c concert -l networks-config -d 'Payment network configuration. Empty uses networks.json in the data directory. Not in this version yet (no effect). Restart to change. [default: ""] [env: CONCERT_NETWORKS_CONFIG]' -r
-complete -c concert -l fastlane-entry-ttl -d 'How long a paid fast lane entry stays usable. 0 or between 30s and 24h. Not in this version yet (no effect). [default: 5m0s] [env: CONCERT_FASTLANE_ENTRY_TTL]' -r
+complete -c concert -l fastlane-config -d 'The fast lane\'s offers and terms (fastlane.json; `concert example fastlane` prints a start). Empty uses fastlane.json in the data directory when present; no file, no fast lane. Restart to change. [default: ""] [env: CONCERT_FASTLANE_CONFIG]' -r
+complete -c concert -l networks-config -d 'How the fast lane reaches each payment network (networks.json; `concert example networks` prints a start). Empty uses networks.json in the data directory. Restart to change. [default: ""] [env: CONCERT_NETWORKS_CONFIG]' -r
+complete -c concert -l fastlane-entry-ttl -d 'How long a fast-lane pass keeps letting its visitor in after its first use, even past the pass\'s own end. 0 (off) or between 30s and 24h. [default: 5m0s] [env: CONCERT_FASTLANE_ENTRY_TTL]' -r
 complete -c concert -l rate -d 'Price to skip the line. Pricing is on when this or the surge price is above 0. [default: 0] [env: CONCERT_RATE]' -r
 complete -c concert -l surge -d 'Extra price added as the room fills up. [default: 0] [env: CONCERT_SURGE]' -r
 complete -c concert -l skip-url -d 'Where the waiting page\'s skip-the-line link points: a path or an http(s) URL. [default: ""] [env: CONCERT_SKIP_URL]' -r

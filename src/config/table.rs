@@ -282,19 +282,19 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-fastlane-config", env: "CONCERT_FASTLANE_CONFIG", group: SKIP, restart: true,
         check: Check::None, default: "",
         label: "Fast lane file",
-        help: "Fast lane configuration. Empty uses fastlane.json in the data directory when present. Not in this version yet (no effect).",
+        help: "The fast lane's offers and terms (fastlane.json; `concert example fastlane` prints a start). Empty uses fastlane.json in the data directory when present; no file, no fast lane.",
     }),
     setting!(networks_config: Str {
         flag: "-networks-config", env: "CONCERT_NETWORKS_CONFIG", group: SKIP, restart: true,
         check: Check::None, default: "",
         label: "Networks file",
-        help: "Payment network configuration. Empty uses networks.json in the data directory. Not in this version yet (no effect).",
+        help: "How the fast lane reaches each payment network (networks.json; `concert example networks` prints a start). Empty uses networks.json in the data directory.",
     }),
     setting!(fastlane_entry_ttl: Dur {
         flag: "-fastlane-entry-ttl", env: "CONCERT_FASTLANE_ENTRY_TTL", group: SKIP, restart: false,
         check: seconds(30 * SECOND, DAY, true), default: "5m0s",
         label: "Fast lane entry lifetime",
-        help: "How long a paid fast lane entry stays usable. 0 or between 30s and 24h. Not in this version yet (no effect).",
+        help: "How long a fast-lane pass keeps letting its visitor in after its first use, even past the pass's own end. 0 (off) or between 30s and 24h.",
     }),
     setting!(rate: F64 {
         flag: "-rate", env: "CONCERT_RATE", group: SKIP, restart: false,

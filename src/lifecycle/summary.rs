@@ -9,15 +9,9 @@ use crate::tls::Tls;
 
 use super::VERSION;
 
-/// Settings of parts this version does not have yet (the fast lane): they are parsed and
-/// checked so an existing configuration loads, but they do nothing, and an operator who set one
-/// must hear so.
-const UNAVAILABLE_PARTS: &[(&str, &str)] = &[
-    ("fastlane_config", "the fast lane"),
-    ("networks_config", "the fast lane's payments"),
-    ("fastlane_entry_ttl", "the fast lane"),
-    ("pass_duration", "the fast lane's skip passes"),
-];
+/// Settings of parts this version does not have yet: they are parsed and checked so an
+/// existing configuration loads, but they do nothing, and an operator who set one must hear so.
+const UNAVAILABLE_PARTS: &[(&str, &str)] = &[("pass_duration", "VIP room passes")];
 
 /// Shorter admin tokens only start with a warning: deployments configured without a length rule
 /// may use them, and refusing to start would break those.

@@ -4,3 +4,88 @@
 pub mod rpc;
 pub mod solana;
 pub mod xrpl;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use super::facilitator::GatewayError;
+use super::gateway::{MechanismRequest, SolanaPreparer};
+use super::mechanism::{BoxFuture, Mechanism};
+use super::x402::PaymentRequirements;
+
+/// The chains built into this binary: builds the mechanism of each `(scheme, network)` the
+/// offers use, and keeps the Solana ones to prepare transfers for browser wallets.
+#[derive(Default)]
+pub struct BuiltIn {
+    solana: Mutex<Vec<(Arc<solana::SolanaNativeSol>, PaymentRequirements)>>,
+}
+
+impl BuiltIn {
+    pub fn new() -> Arc<BuiltIn> {
+        Arc::new(BuiltIn::default())
+    }
+
+    /// The factory [`super::gateway::build_mechanisms`] and `concert reconcile` call.
+    pub fn build(&self, request: &MechanismRequest<'_>) -> Result<Arc<dyn Mechanism>, String> {
+        let family = request.network.split(':').next().unwrap_or_default();
+        let named = |e: super::mechanism::ChainError| format!("{}: {e}", request.network);
+        match (family, request.scheme) {
+            ("xrpl", "exact") => {
+                let mechanism = xrpl::XrplExact::new(request.network, request.network_settings)
+                    .map_err(named)?;
+                Ok(Arc::new(mechanism))
+            }
+            ("solana", solana::SCHEME) => {
+                let mechanism = Arc::new(
+                    solana::SolanaNativeSol::new(request.network, request.network_settings)
+                        .map_err(named)?,
+                );
+                if let Some(offer) = request.offers.iter().find(|offer| !offer.deposit_only) {
+                    self.solana
+                        .lock()
+                        .push((mechanism.clone(), offer.requirements.clone()));
+                }
+                Ok(mechanism)
+            }
+            ("stellar" | "hedera", _) => Err(format!(
+                "{}: payments on {family} are not in this version (XRPL and Solana are)",
+                request.network
+            )),
+            _ => Err(format!(
+                "{}: no mechanism for scheme {:?} on this network",
+                request.network, request.scheme
+            )),
+        }
+    }
+}
+
+impl SolanaPreparer for BuiltIn {
+    fn prepare<'a>(&'a self, request: &'a Value) -> BoxFuture<'a, Result<Value, GatewayError>> {
+        Box::pin(async move {
+            let network = request.get("network").and_then(Value::as_str);
+            let from = request.get("from").and_then(Value::as_str);
+            let (Some(network), Some(from)) = (network, from) else {
+                return Err(GatewayError::Rejected(
+                    "network and from are required".into(),
+                ));
+            };
+            let found = self
+                .solana
+                .lock()
+                .iter()
+                .find(|(mechanism, _)| mechanism.network() == network)
+                .cloned();
+            let Some((mechanism, terms)) = found else {
+                return Err(GatewayError::Rejected(format!(
+                    "no Solana offer on {network}"
+                )));
+            };
+            mechanism.prepare(from, &terms).await.map_err(|e| match e {
+                solana::PrepareError::Invalid(code) => GatewayError::Rejected(code.to_owned()),
+                solana::PrepareError::Chain(e) => GatewayError::Unavailable(e.to_string()),
+            })
+        })
+    }
+}
