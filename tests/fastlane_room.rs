@@ -4,6 +4,8 @@
 //! vector's signed blob, and then rides the lane past a full room; a paid form that finds even
 //! the lane full is refused, never sent; the lane's credentials never reach the origin.
 
+#[path = "support/browser.rs"]
+mod browser;
 mod support;
 
 use std::collections::HashMap;
@@ -377,6 +379,82 @@ async fn a_forged_session_is_not_eligible_and_waits_like_everyone_else() {
     let body = answer.text().await.unwrap();
     assert!(!body.contains("\"origin\":true"));
     assert_eq!(shop.origin.hits(), hits_before);
+    shop.gate.add_permits(1);
+    let _ = filler.await;
+    let _ = shop.concert.shutdown().await;
+}
+
+fn text_of(id: &str) -> String {
+    format!("document.getElementById('{id}') && document.getElementById('{id}').textContent")
+}
+
+fn is_shown(id: &str) -> String {
+    format!(
+        "(() => {{ const el = document.getElementById('{id}'); \
+         return !!el && !el.hidden && el.getClientRects().length > 0; }})()"
+    )
+}
+
+#[tokio::test]
+async fn the_waiting_page_of_a_full_room_offers_the_lane_and_its_link_opens_the_offer() {
+    const STEP: Duration = Duration::from_secs(15);
+    let shop = start_shop().await;
+    let base = shop.base.clone();
+    let filler =
+        tokio::spawn(async move { client().get(format!("{base}/hold-room")).send().await });
+    assert!(eventually(|| shop.concert.app.room.stats().occupancy == 1).await);
+
+    let browser = browser::Browser::launch().await.expect("headless Chromium");
+    let page = browser.new_page().await.unwrap();
+    page.goto(&format!("{}/tickets?show=42", shop.base))
+        .await
+        .unwrap();
+    page.wait_for(&is_shown("fastlane-link"), STEP)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.eval(&text_of("fastlane-offer")).await.unwrap(),
+        "0.1 XRP buys 5 minutes in the fast lane, past this line while it lasts."
+    );
+    assert_eq!(
+        page.eval("document.getElementById('fastlane-terms-link').getAttribute('href')")
+            .await
+            .unwrap(),
+        "https://shop.example/terms"
+    );
+    page.eval("document.getElementById('fastlane-link').click(), true")
+        .await
+        .unwrap();
+    page.wait_for("location.pathname === '/_concert/access'", STEP)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.eval("location.search").await.unwrap(),
+        "?return=%2Ftickets%3Fshow%3D42"
+    );
+    page.wait_for("document.querySelectorAll('#offers li').length === 1", STEP)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.eval(&text_of("merchant")).await.unwrap(),
+        "The test shop"
+    );
+    let offer = page.eval(&text_of("offers")).await.unwrap();
+    assert!(
+        offer
+            .as_str()
+            .is_some_and(|text| text.contains("Five minutes") && text.contains("0.100000 XRP")),
+        "{offer}"
+    );
+    assert_eq!(
+        page.eval("document.getElementById('terms').getAttribute('href')")
+            .await
+            .unwrap(),
+        "https://shop.example/terms"
+    );
+    // Both pages run under the self-only policy without a script error or violation.
+    assert_eq!(page.problems(), Vec::<String>::new());
+
     shop.gate.add_permits(1);
     let _ = filler.await;
     let _ = shop.concert.shutdown().await;
