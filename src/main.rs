@@ -11,11 +11,9 @@ static GLOBAL: concert::sys::allocator::Allocator = concert::sys::allocator::All
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `concert example …` and `concert reconcile …` run instead of the server.
-    if let Some(output) = concert::fastlane::commands::run(
-        &args,
-        &config::ProcessEnv,
-        concert::fastlane::gateway::no_chains,
-    ) {
+    if let Some(output) = concert::fastlane::commands::run(&args, &config::ProcessEnv, |request| {
+        concert::fastlane::chains::BuiltIn::new().build(request)
+    }) {
         return output.finish();
     }
     let config = match config::load(&args, &config::ProcessEnv) {
