@@ -2,6 +2,9 @@
 //! cookies, a temporary data directory, a scripted facilitator (the gateway is tested on its
 //! own) and a real policy server on loopback.
 
+#[path = "support/browser.rs"]
+mod browser;
+
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -308,6 +311,10 @@ async fn start_lane_at(
         move |ConnectInfo(peer): ConnectInfo<SocketAddr>, req: http::Request<axum::body::Body>| {
             let lane = served.clone();
             async move {
+                // Everything outside /_concert is the site itself, as the proxy would serve it.
+                if !req.uri().path().starts_with("/_concert") {
+                    return http::Response::new(axum::body::Body::from("the site"));
+                }
                 let client = req
                     .headers()
                     .get("x-test-client")
@@ -1370,4 +1377,95 @@ async fn a_disabled_lane_answers_config_and_nothing_else() {
         concert::fastlane::service::disabled_config("/s"),
         r#"{"enabled":false,"legacy_skip_url":"/s"}"#
     );
+}
+
+// ---------------------------------------------------------------- the access page in a browser
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_page_shows_the_offer_and_retries_a_stored_payment_unchanged() {
+    let dir = test_mode_lane_dir();
+    let lane = start_lane(dir.path(), "", Duration::ZERO).await.unwrap();
+    let browser = browser::Browser::launch().await.expect("headless Chromium");
+    let page = browser.new_page().await.unwrap();
+    // A return target inside /_concert is refused in favour of the site's root.
+    page.goto(&format!(
+        "{}/_concert/access?return=/_concert/config",
+        lane.base
+    ))
+    .await
+    .unwrap();
+    let offer = page
+        .wait_for(
+            "document.querySelector('#offers button') && document.querySelector('#offers button').textContent",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(offer, "Five minutes — 1.500000 XRP");
+    let merchant = page
+        .eval("document.getElementById('merchant').textContent")
+        .await
+        .unwrap();
+    assert_eq!(merchant, "Example Tickets");
+    let no_wallet = page
+        .eval("document.getElementById('no-wallet').hidden")
+        .await
+        .unwrap();
+    assert_eq!(
+        no_wallet, false,
+        "the page says no wallet adapter is installed"
+    );
+    let terms = page
+        .eval("document.getElementById('terms').href")
+        .await
+        .unwrap();
+    assert_eq!(terms, "https://example.test/terms");
+    page.wait_for(
+        "document.cookie !== undefined && window.performance.getEntriesByName(location.origin + '/_concert/status').length > 0",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let cookies = page.cookies().await.unwrap();
+    let session = cookies
+        .iter()
+        .find(|c| c.name == "concert_fastlane")
+        .expect("session cookie");
+    assert!(session.http_only);
+    assert_eq!(session.same_site.as_deref(), Some("Strict"));
+
+    // A payment signed earlier waits in sessionStorage; the retry sends exactly that header.
+    let header = payment(&lane, "PAGE01");
+    page.eval(&format!(
+        "sessionStorage.setItem('concert.pending-payment', '{header}'); document.getElementById('retry').click(); true"
+    ))
+    .await
+    .unwrap();
+    page.wait_for(
+        "document.getElementById('state').textContent.indexOf('Paid') === 0",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let stored = page
+        .eval("sessionStorage.getItem('concert.pending-payment')")
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        Value::Null,
+        "a final answer clears the stored payment"
+    );
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "cookie",
+        HeaderValue::try_from(format!("concert_fastlane={}", session.value)).unwrap(),
+    );
+    assert!(lane.lane.eligible(&headers, now_unix()).is_some());
+    assert_eq!(lane.script.settles.load(Ordering::SeqCst), 1);
+    page.wait_for("location.pathname === '/'", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let problems = page.problems();
+    assert!(problems.is_empty(), "{problems:?}");
 }

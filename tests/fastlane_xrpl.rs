@@ -669,6 +669,16 @@ async fn reconcile_reads_the_validated_delivery() {
             .expect("answers"),
         None
     );
+
+    // A blob that does not pay the terms is never reported settled for them.
+    let (_r, _s, mechanism, payment, mut terms) = settle_case(|s| {
+        s.tx_always = Some((true, "tesSUCCESS".into(), "100000".into()));
+    })
+    .await;
+    terms.amount = "100001".into();
+    let mut payment = payment;
+    payment.accepted.amount = "100001".into();
+    assert!(mechanism.reconcile(&payment, &terms, None).await.is_err());
 }
 
 #[test]
@@ -899,4 +909,31 @@ proptest! {
     fn message_verification_never_panics(key in proptest::collection::vec(any::<u8>(), 0..40), sig in proptest::collection::vec(any::<u8>(), 0..80)) {
         prop_assert!(!keys::verify_message(&key, b"message", &sig) || key.len() == 33);
     }
+}
+
+#[tokio::test]
+async fn eight_concurrent_settles_of_one_blob_submit_once() {
+    let (recorded, _server, mechanism, payment, terms) = settle_case(|_| {}).await;
+    let mechanism = Arc::new(mechanism);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (mechanism, payment, terms) = (mechanism.clone(), payment.clone(), terms.clone());
+        tasks.push(tokio::spawn(async move {
+            mechanism.settle(&payment, &terms).await
+        }));
+    }
+    let mut successes = 0;
+    for task in tasks {
+        let settled = task.await.expect("task").expect("answers");
+        if settled.success {
+            successes += 1;
+        } else {
+            assert_eq!(
+                settled.error_reason.as_deref(),
+                Some("duplicate_settlement")
+            );
+        }
+    }
+    assert_eq!(successes, 1);
+    assert_eq!(recorded.submits.load(Ordering::SeqCst), 1);
 }

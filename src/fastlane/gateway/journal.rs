@@ -141,7 +141,17 @@ impl SettlementJournal {
         let path = dir.join(JOURNAL_FILE);
         let existed = path.exists();
         let records = match fs::read(&path) {
-            Ok(bytes) => load(&path, &bytes)?,
+            Ok(bytes) => {
+                let records = load(&path, &bytes)?;
+                let lines = bytes.iter().filter(|&&b| b == b'\n').count();
+                if lines > records.len()
+                    && let Err(e) = compact(&dir, &path, &records)
+                {
+                    // Only the file's size is at stake: every line still loads the same.
+                    tracing::warn!(path = %path.display(), "settlement journal not compacted: {e}");
+                }
+                records
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => HashMap::new(),
             Err(source) => return Err(JournalError::Io { path, source }),
         };
@@ -286,6 +296,27 @@ fn load(path: &Path, bytes: &[u8]) -> Result<HashMap<String, SettlementRecord>, 
     Ok(records)
 }
 
+/// Rewrites the journal with only the latest line of each id (a payment is written two or three
+/// times), atomically: a temp file beside it, fsynced, renamed over it, the directory fsynced.
+/// Nothing is ever dropped: the journal is what refuses a payment seen before.
+fn compact(dir: &Path, path: &Path, records: &HashMap<String, SettlementRecord>) -> io::Result<()> {
+    let mut ordered: Vec<&SettlementRecord> = records.values().collect();
+    ordered.sort_by(|a, b| (&a.created, &a.id).cmp(&(&b.created, &b.id)));
+    let mut text = Vec::new();
+    for record in ordered {
+        serde_json::to_writer(&mut text, record).map_err(io::Error::other)?;
+        text.push(b'\n');
+    }
+    let mut temp = tempfile::Builder::new()
+        .prefix(".settlements.")
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    temp.write_all(&text)?;
+    temp.as_file().sync_all()?;
+    temp.persist(path).map_err(|failed| failed.error)?;
+    sync_dir(dir)
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -369,6 +400,12 @@ mod tests {
         assert_eq!(found.state, SettlementState::Settled);
         assert_eq!(found.created, created);
         assert_eq!(journal.len(), 1);
+        let text = fs::read_to_string(journal.path()).unwrap();
+        assert_eq!(
+            text.lines().count(),
+            1,
+            "superseded lines are compacted away: {text}"
+        );
         let dir = root.path().join(JOURNAL_DIR);
         let mode = |path: &Path| fs::metadata(path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);

@@ -204,7 +204,7 @@ use std::path::Path;
 async fn rejects_changed_terms_foreign_resources_old_versions_and_empty_payloads() {
     let root = tempfile::tempdir().unwrap();
     let chain = Arc::new(ScriptedChain::new("xrpl:1", SettleScript::Success));
-    let gateway = gateway(root.path(), &[chain.clone()]);
+    let gateway = gateway(root.path(), std::slice::from_ref(&chain));
 
     let mut changed_amount = request("xrpl:1");
     changed_amount.payment_requirements.amount = "1".into();
@@ -256,7 +256,7 @@ async fn eight_concurrent_settles_reach_the_chain_once_and_the_result_survives_a
     let root = tempfile::tempdir().unwrap();
     let gate = Arc::new(Notify::new());
     let chain = Arc::new(ScriptedChain::new("xrpl:1", SettleScript::Success).gated(gate.clone()));
-    let first = gateway(root.path(), &[chain.clone()]);
+    let first = gateway(root.path(), std::slice::from_ref(&chain));
     let settles: Vec<_> = (0..8).map(|_| first.settle(request("xrpl:1"))).collect();
     let all = tokio::spawn(futures_util::future::join_all(settles));
     // Let every settle queue on the network before the chain answers.
@@ -285,7 +285,7 @@ async fn eight_concurrent_settles_reach_the_chain_once_and_the_result_survives_a
     drop(first);
 
     let fresh_chain = Arc::new(ScriptedChain::new("xrpl:1", SettleScript::Success));
-    let restarted = gateway(root.path(), &[fresh_chain.clone()]);
+    let restarted = gateway(root.path(), std::slice::from_ref(&fresh_chain));
     let stored = restarted.settle(request("xrpl:1")).await.unwrap();
     assert!(stored.success);
     assert_eq!(stored.transaction, "TX1");
@@ -297,7 +297,7 @@ async fn eight_concurrent_settles_reach_the_chain_once_and_the_result_survives_a
 async fn a_chain_error_is_unknown_and_after_a_restart_asks_for_reconciliation() {
     let root = tempfile::tempdir().unwrap();
     let chain = Arc::new(ScriptedChain::new("xrpl:1", SettleScript::ChainError));
-    let first = gateway(root.path(), &[chain.clone()]);
+    let first = gateway(root.path(), std::slice::from_ref(&chain));
     let answer = first.settle(request("xrpl:1")).await.unwrap();
     assert!(!answer.success);
     assert_eq!(
@@ -317,7 +317,7 @@ async fn a_chain_error_is_unknown_and_after_a_restart_asks_for_reconciliation() 
     drop(first);
 
     let fresh_chain = Arc::new(ScriptedChain::new("xrpl:1", SettleScript::Success));
-    let restarted = gateway(root.path(), &[fresh_chain.clone()]);
+    let restarted = gateway(root.path(), std::slice::from_ref(&fresh_chain));
     // The same payment with its keys in another order and other whitespace.
     let reordered = request_with(
         "xrpl:1",
@@ -363,7 +363,7 @@ async fn an_answer_for_another_payer_or_without_a_transaction_is_a_mismatch() {
 async fn a_payment_that_fails_verification_again_is_not_journaled() {
     let root = tempfile::tempdir().unwrap();
     let chain = Arc::new(ScriptedChain::new("xrpl:1", SettleScript::Success).invalid());
-    let gateway = gateway(root.path(), &[chain.clone()]);
+    let gateway = gateway(root.path(), std::slice::from_ref(&chain));
     let answer = gateway.settle(request("xrpl:1")).await.unwrap();
     assert_eq!(
         answer.error_reason.as_deref(),
@@ -446,7 +446,7 @@ async fn networks_settle_independently_and_close_waits_for_settles_in_flight() {
 async fn a_settle_whose_caller_goes_away_still_completes() {
     let root = tempfile::tempdir().unwrap();
     let chain = Arc::new(ScriptedChain::new("xrpl:1", SettleScript::Success));
-    let gateway = gateway(root.path(), &[chain.clone()]);
+    let gateway = gateway(root.path(), std::slice::from_ref(&chain));
     drop(gateway.settle(request("xrpl:1")));
     gateway.close().await;
     assert_eq!(chain.settles.load(Ordering::SeqCst), 1);
@@ -496,7 +496,7 @@ impl SolanaPreparer for EchoPreparer {
 async fn solana_prepare_goes_to_the_preparer_or_is_refused_without_one() {
     let root = tempfile::tempdir().unwrap();
     let chain = Arc::new(ScriptedChain::new("xrpl:1", SettleScript::Success));
-    let without = gateway(root.path(), &[chain.clone()]);
+    let without = gateway(root.path(), std::slice::from_ref(&chain));
     assert!(matches!(
         without.solana_prepare(&json!({})).await,
         Err(GatewayError::Rejected(_))

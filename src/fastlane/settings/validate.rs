@@ -343,7 +343,7 @@ fn check_network(
                 settings,
                 HEDERA_FEE_SECRET,
                 secrets,
-                |s| is_hedera_der_secret(s),
+                is_hedera_der_secret,
             );
         }
     }
@@ -749,7 +749,7 @@ fn check_offer_terms(
             }
             for key in ["invoiceId", "assetTransferMethod"] {
                 if let Some(value) = extra.get(key)
-                    && !value.as_str().is_some_and(|text| !text.is_empty())
+                    && value.as_str().is_none_or(str::is_empty)
                 {
                     problems.add(
                         format!("{at}.requirements.extra.{key}"),

@@ -533,6 +533,15 @@ impl XrplExact {
             .account(field::ACCOUNT)
             .map(|a| keys::encode_address(&a))
             .unwrap_or_default();
+        // Only a payment of these terms can settle them, whatever the ledger says of its hash.
+        let expected = super::ledger::parse_drops(&terms.amount);
+        if keys::decode_address(&terms.pay_to).is_none()
+            || tx.account(field::DESTINATION) != keys::decode_address(&terms.pay_to)
+            || expected.is_none()
+            || tx.amount(field::AMOUNT) != expected.map(Amount::Native)
+        {
+            return Err(self.unavailable("signedTxBlob does not pay these terms"));
+        }
         let hash = keys::transaction_hash(&blob);
         let Some(status) = self.ledger.transaction(&hash).await? else {
             return Ok(None);
@@ -540,8 +549,7 @@ impl XrplExact {
         if !status.validated {
             return Ok(None);
         }
-        let expected = super::ledger::parse_drops(&terms.amount);
-        if status.result == SUCCESS && expected.is_some() && status.delivered_drops == expected {
+        if status.result == SUCCESS && status.delivered_drops == expected {
             return Ok(Some(self.settled(true, None, &hash, &payer)));
         }
         let reason = if status.result == SUCCESS {
