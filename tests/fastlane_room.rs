@@ -459,3 +459,41 @@ async fn the_waiting_page_of_a_full_room_offers_the_lane_and_its_link_opens_the_
     let _ = filler.await;
     let _ = shop.concert.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_wallet_request_whose_body_stalls_is_cut_off_with_408() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let shop = start_shop().await;
+    let address = shop.base.trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    socket
+        .write_all(
+            format!(
+                "POST /_concert/session HTTP/1.1\r\nHost: {address}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut buffer = [0u8; 1024];
+        loop {
+            match socket.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    answer.extend_from_slice(&buffer[..n]);
+                    if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the stalled body held the request open");
+    let head = String::from_utf8_lossy(&answer);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    let _ = shop.concert.shutdown().await;
+}

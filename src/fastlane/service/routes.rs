@@ -14,12 +14,12 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::wire::intake::{IntakeError, IntakeLimits, collect};
 use axum::body::Body;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use futures_util::FutureExt as _;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt as _, Limited};
 use serde::Deserialize;
 
 use super::clock::{self, format_rfc3339};
@@ -43,6 +43,11 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_PAYMENT_HEADER_BYTES: usize = 64 * 1024;
 /// How long the gateway may take to verify.
 pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(45);
+/// Longest pause between two pieces of a request body.
+const BODY_PROGRESS_LIMIT: Duration = Duration::from_secs(10);
+/// The whole request body must arrive within this.
+const BODY_OVERALL_LIMIT: Duration = Duration::from_secs(30);
+
 /// How long past the offer's own timeout a client waits for the settlement.
 pub const SETTLE_WAIT_GRACE: u64 = 90;
 /// How long past the offer's timeout a detached settlement may run at all (the gateway
@@ -147,10 +152,20 @@ impl FastLane {
             );
         }
         let (parts, body) = req.into_parts();
-        let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(failure) if failure.is::<http_body_util::LengthLimitError>() => {
+        // A wallet request is small: a client that sends it slowly is cut off rather than
+        // allowed to hold a place among the requests in flight.
+        let limits = IntakeLimits::starting_now(
+            MAX_BODY_BYTES as u64,
+            BODY_PROGRESS_LIMIT,
+            BODY_OVERALL_LIMIT,
+        );
+        let body = match collect(body, limits).await {
+            Ok(bytes) => bytes,
+            Err(IntakeError::TooLarge) => {
                 return error(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large");
+            }
+            Err(IntakeError::TimedOut) => {
+                return error(StatusCode::REQUEST_TIMEOUT, "request_timeout");
             }
             Err(_) => return error(StatusCode::BAD_REQUEST, "invalid_request"),
         };
