@@ -334,11 +334,7 @@ impl FastLane {
             return error(StatusCode::BAD_REQUEST, "payment_terms_mismatch");
         }
         let terms = payment.accepted.clone();
-        let Ok(fingerprint) =
-            fingerprint::fingerprint(&terms.network, &terms.scheme, &decoded.payload_json)
-        else {
-            return error(StatusCode::BAD_REQUEST, "invalid_payment_payload");
-        };
+        let fingerprint = fingerprint::fingerprint(&terms.network, &terms.scheme, &payment.payload);
         let me = session.id_hex();
         let request = FacilitatorRequest {
             x402_version: X402_VERSION,
@@ -638,12 +634,11 @@ impl FastLane {
     }
 }
 
-/// A decoded `PAYMENT-SIGNATURE`: the typed payment and the raw text of its `payload`, which
-/// the fingerprint is computed from (numbers verbatim).
+/// A decoded `PAYMENT-SIGNATURE` (its numbers kept as written, so the fingerprint hashes
+/// them verbatim).
 #[derive(Debug)]
 pub(crate) struct DecodedPayment {
     pub payment: PaymentPayload,
-    pub payload_json: String,
 }
 
 /// Why a `PAYMENT-SIGNATURE` was refused.
@@ -683,11 +678,7 @@ pub(crate) fn decode_payment_header(raw: &[u8]) -> Result<DecodedPayment, Header
     if payment.x402_version != X402_VERSION || payment.payload.is_empty() {
         return Err(HeaderRefusal::Payload);
     }
-    let payload_json = fingerprint::member_text(text, "payload").ok_or(HeaderRefusal::Payload)?;
-    Ok(DecodedPayment {
-        payment,
-        payload_json: payload_json.to_owned(),
-    })
+    Ok(DecodedPayment { payment })
 }
 
 /// What a client learns about a receipt.
@@ -810,7 +801,10 @@ mod tests {
     fn header_decoding_refuses_each_kind_of_bad_input() {
         let good = STANDARD.encode(payment_json(r#"{"signedTxBlob":"AA"}"#));
         let decoded = decode_payment_header(good.as_bytes()).unwrap();
-        assert_eq!(decoded.payload_json, r#"{"signedTxBlob":"AA"}"#);
+        assert_eq!(
+            serde_json::Value::Object(decoded.payment.payload),
+            serde_json::json!({"signedTxBlob": "AA"})
+        );
         assert_eq!(
             decode_payment_header(&vec![b'A'; MAX_PAYMENT_HEADER_BYTES + 4]).unwrap_err(),
             HeaderRefusal::TooLarge
