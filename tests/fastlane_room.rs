@@ -43,6 +43,8 @@ fn vector_case(name: &str) -> Value {
 struct Ledger {
     payer: String,
     submits: AtomicU64,
+    /// Whether a submitted payment ever shows up validated.
+    validates: std::sync::atomic::AtomicBool,
 }
 
 async fn rippled(
@@ -66,6 +68,10 @@ async fn rippled(
             ledger.submits.fetch_add(1, Ordering::SeqCst);
             json!({"engine_result": "tesSUCCESS", "status": "success"})
         }
+        "tx" if !ledger.validates.load(Ordering::SeqCst) => json!({
+            "hash": params["transaction"],
+            "validated": false
+        }),
         "tx" => json!({
             "hash": params["transaction"],
             "validated": true,
@@ -80,6 +86,7 @@ async fn start_ledger(payer: &str) -> (String, Arc<Ledger>) {
     let ledger = Arc::new(Ledger {
         payer: payer.to_owned(),
         submits: AtomicU64::new(0),
+        validates: std::sync::atomic::AtomicBool::new(true),
     });
     let app = axum::Router::new()
         .route("/", post(rippled))
@@ -496,4 +503,131 @@ async fn a_wallet_request_whose_body_stalls_is_cut_off_with_408() {
     let head = String::from_utf8_lossy(&answer);
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
     let _ = shop.concert.shutdown().await;
+}
+
+/// Writes fastlane.json (one XRPL offer, test mode, `origin`) and networks.json (`rpc`).
+fn write_lane_files(dir: &std::path::Path, origin: &str, rpc: &str, requirements: &Value) {
+    let fastlane = json!({
+        "enabled": true,
+        "origin": origin,
+        "test_mode": true,
+        "merchant": "The test shop",
+        "terms_url": "https://shop.example/terms",
+        "privacy_url": "https://shop.example/privacy",
+        "refund_url": "https://shop.example/refunds",
+        "offers": [{"label": "Five minutes", "requirements": requirements}],
+    });
+    std::fs::write(dir.join("fastlane.json"), fastlane.to_string()).unwrap();
+    std::fs::write(
+        dir.join("networks.json"),
+        json!({"xrpl:1": {"rpc": rpc}}).to_string(),
+    )
+    .unwrap();
+}
+
+fn spawn_binary(port: u16, upstream: &str, dir: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_concert"))
+        .args([
+            "-listen",
+            &format!("127.0.0.1:{port}"),
+            "-upstream",
+            upstream,
+            "-data-dir",
+        ])
+        .arg(dir)
+        .env("CONCERT_ADMIT_SECRET", SECRET)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+async fn healthy(base: &str) -> bool {
+    for _ in 0..200 {
+        if let Ok(answer) = client().get(format!("{base}/_room/healthz")).send().await
+            && answer.status() == 200
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn killed_mid_settlement_nothing_is_resubmitted_after_the_restart() {
+    let case = vector_case("valid secp256k1");
+    let payer = case["payer"].as_str().unwrap().to_owned();
+    let (rpc, ledger) = start_ledger(&payer).await;
+    // Submitted payments never validate: the settlement is still running when Concert dies.
+    ledger.validates.store(false, Ordering::SeqCst);
+    let origin = support::origins::fast_origin();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let data = tempfile::tempdir().unwrap();
+    write_lane_files(data.path(), &base, &rpc, &case["requirements"]);
+    let mut child = spawn_binary(port, &origin.url(), data.path());
+    assert!(healthy(&base).await, "concert did not start");
+
+    let session: Value = client()
+        .post(format!("{base}/_concert/session"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = session["session"].as_str().unwrap().to_owned();
+    let csrf = session["csrf"].as_str().unwrap().to_owned();
+    let payment = json!({
+        "x402Version": 2,
+        "resource": {"url": format!("{base}/_concert/payment")},
+        "accepted": case["requirements"],
+        "payload": {"signedTxBlob": case["blob"]},
+    });
+    let header = STANDARD.encode(payment.to_string());
+    let pay = |header: String| {
+        let (base, token, csrf) = (base.clone(), token.clone(), csrf.clone());
+        async move {
+            client()
+                .post(format!("{base}/_concert/payment"))
+                .header("concert-session", token)
+                .header("x-concert-csrf", csrf)
+                .header("payment-signature", header)
+                .send()
+                .await
+        }
+    };
+    let hanging = tokio::spawn(pay(header.clone()));
+    assert!(
+        eventually(|| ledger.submits.load(Ordering::SeqCst) == 1).await,
+        "the payment was never submitted"
+    );
+    child.kill().unwrap();
+    let _ = child.wait();
+    hanging.abort();
+
+    let mut child = spawn_binary(port, &origin.url(), data.path());
+    assert!(healthy(&base).await, "concert did not restart");
+    let retried = pay(header).await.unwrap();
+    assert_eq!(retried.status(), 503);
+    let answer: Value = retried.json().await.unwrap();
+    assert_eq!(
+        answer["error"],
+        "settlement_unresolved_retry_identical_payment_do_not_pay_again"
+    );
+    assert_eq!(
+        ledger.submits.load(Ordering::SeqCst),
+        1,
+        "the payment was submitted again after the restart"
+    );
+    let settlements =
+        std::fs::read_to_string(data.path().join("gateway/settlements.jsonl")).unwrap();
+    assert!(settlements.contains("\"pending\"") || settlements.contains("\"unknown\""));
+    child.kill().unwrap();
+    let _ = child.wait();
 }
