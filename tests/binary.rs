@@ -159,23 +159,34 @@ fn start_log(args: &[&str], env: &[(&str, &str)]) -> String {
 #[test]
 fn settings_of_missing_parts_and_a_short_admin_token_are_warned_about() {
     let err = start_log(
-        &[
-            "-data-dir=",
-            "-fastlane-config",
-            "/nonexistent/fastlane.json",
-            "-portal-listen",
-            "127.0.0.1:0",
-        ],
+        &["-data-dir=", "-pass", "5m", "-portal-listen", "127.0.0.1:0"],
         &[
             ("CONCERT_PORTAL_PASS", "0123456789abcdef0123"),
             ("CONCERT_ADMIN_TOKEN", "letmein"),
         ],
     );
     assert!(
-        err.contains("-fastlane-config is set") && err.contains("admin portal listening"),
+        err.contains("-pass is set") && err.contains("admin portal listening"),
         "{err}"
     );
     assert!(err.contains("CONCERT_ADMIN_TOKEN is only 7 bytes"), "{err}");
+}
+
+#[test]
+fn a_fast_lane_file_that_cannot_be_read_stops_the_start_naming_it() {
+    let data = tempfile::tempdir().unwrap();
+    let output = Command::new(BIN)
+        .args(["-listen", "127.0.0.1:0", "-data-dir"])
+        .arg(data.path())
+        .args(["-fastlane-config", "/nonexistent/fastlane.json"])
+        .env("CONCERT_ADMIT_SECRET", "k".repeat(40))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("/nonexistent/fastlane.json"), "{err}");
 }
 
 #[test]
