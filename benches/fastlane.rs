@@ -109,6 +109,7 @@ fn paid_lane(dir: &std::path::Path) -> (Arc<FastLane>, String) {
         policy_token: "",
         entry_ttl: Duration::from_secs(300),
         skip_url: "",
+        line: None,
     })
     .unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -247,8 +247,9 @@
     var link = currentSkipLink();
     var priced = Number.isFinite(state.skipCost) && state.skipCost > 0 &&
       state.position !== null && state.position > 1;
-    var legacy = waiting && link !== '' && priced;
     var fastlane = waiting && !!state.config && state.config.enabled === true;
+    // With a fast lane the skip cost counts offer prices, not money: the lane's card shows it.
+    var legacy = waiting && link !== '' && priced && !fastlane;
 
     if (legacy) {
       el.skipLink.setAttribute('href', link);
@@ -262,7 +263,7 @@
         encodeURIComponent(window.location.pathname + window.location.search));
     }
     show(el.fastlaneLink, fastlane);
-    var offer = fastlane ? describeOffer(state.config) : '';
+    var offer = fastlane ? describeOffer(state.config, priced ? state.skipCost : 0) : '';
     setText(el.fastlaneOffer, offer);
     show(el.fastlaneOffer, offer !== '');
     var terms = fastlane ? safeLink(state.config.terms_url) : '';
@@ -293,13 +294,28 @@
     return whole + (fraction ? '.' + fraction : '') + ' ' + COIN_NAMES[family];
   }
 
-  // "2 XRP or 0.015 SOL buys 5 minutes in the fast lane": the prices and what they buy.
-  function describeOffer(config) {
+  var MAX_AMOUNT = BigInt('9223372036854775807');
+
+  // An offer's price for a visitor whose skip costs `skipCost` times it, as the server quotes
+  // it: the amount plus that multiple, rounded up to a whole unit.
+  function pricedAmount(amount, skipCost) {
+    if (!/^[0-9]+$/.test(String(amount)) || !(skipCost > 0)) {
+      return String(amount);
+    }
+    var base = BigInt(amount);
+    var extra = Math.ceil(Number(amount) * skipCost);
+    var total = Number.isFinite(extra) && extra < 9.2e18 ? base + BigInt(extra) : MAX_AMOUNT;
+    return (total > MAX_AMOUNT ? MAX_AMOUNT : total).toString();
+  }
+
+  // "2 XRP or 0.015 SOL buys 5 minutes in the fast lane": the prices and what they buy. When
+  // the line prices skipping it, the prices are this visitor's, for their place in the line.
+  function describeOffer(config, skipCost) {
     var offers = Array.isArray(config.offers) ? config.offers : [];
     var prices = [];
     offers.forEach(function (offer) {
       var terms = offer && offer.requirements;
-      var price = terms ? coins(terms.amount, terms.network) : '';
+      var price = terms ? coins(pricedAmount(terms.amount, skipCost), terms.network) : '';
       if (price !== '' && prices.indexOf(price) < 0) {
         prices.push(price);
       }
@@ -311,8 +327,9 @@
     var minutes = Math.round(seconds / 60);
     var length = seconds < 120 ? seconds + ' seconds' :
       minutes + (minutes === 1 ? ' minute' : ' minutes');
-    return prices.join(' or ') + ' buys ' + length +
+    var sentence = prices.join(' or ') + ' buys ' + length +
       ' in the fast lane, past this line while it lasts.';
+    return skipCost > 0 ? 'For your place in the line, ' + sentence : sentence;
   }
 
   function setConnection(tone) {

@@ -45,6 +45,8 @@ struct Ledger {
     submits: AtomicU64,
     /// Whether a submitted payment ever shows up validated.
     validates: std::sync::atomic::AtomicBool,
+    /// The `delivered_amount` a validated payment reports, in drops.
+    delivered: std::sync::Mutex<String>,
 }
 
 async fn rippled(
@@ -75,7 +77,10 @@ async fn rippled(
         "tx" => json!({
             "hash": params["transaction"],
             "validated": true,
-            "meta": {"TransactionResult": "tesSUCCESS", "delivered_amount": "100000"}
+            "meta": {
+                "TransactionResult": "tesSUCCESS",
+                "delivered_amount": ledger.delivered.lock().unwrap().clone()
+            }
         }),
         _ => json!({"error": "unknownCmd", "status": "error"}),
     };
@@ -87,6 +92,7 @@ async fn start_ledger(payer: &str) -> (String, Arc<Ledger>) {
         payer: payer.to_owned(),
         submits: AtomicU64::new(0),
         validates: std::sync::atomic::AtomicBool::new(true),
+        delivered: std::sync::Mutex::new("100000".into()),
     });
     let app = axum::Router::new()
         .route("/", post(rippled))
@@ -139,6 +145,11 @@ struct Shop {
 }
 
 async fn start_shop() -> Shop {
+    start_shop_with(&[]).await
+}
+
+/// A shop whose Concert also gets `extra` arguments.
+async fn start_shop_with(extra: &[&str]) -> Shop {
     let case = vector_case("valid secp256k1");
     let payer = case["payer"].as_str().unwrap().to_owned();
     let (rpc, ledger) = start_ledger(&payer).await;
@@ -180,6 +191,10 @@ async fn start_shop() -> Shop {
         "-data-dir".into(),
         data.path().display().to_string(),
     ];
+    let args: Vec<String> = args
+        .into_iter()
+        .chain(extra.iter().map(|arg| arg.to_string()))
+        .collect();
     let env: HashMap<String, String> =
         HashMap::from([("CONCERT_ADMIT_SECRET".to_owned(), SECRET.to_owned())]);
     let config = match concert::config::load(&args, &env).expect("config") {
@@ -630,4 +645,267 @@ async fn killed_mid_settlement_nothing_is_resubmitted_after_the_restart() {
     assert!(settlements.contains("\"pending\"") || settlements.contains("\"unknown\""));
     child.kill().unwrap();
     let _ = child.wait();
+}
+
+/// Queues a visitor at the full room: its `room_ticket` cookie.
+async fn queue_visitor(shop: &Shop) -> String {
+    let answer = client()
+        .get(format!("{}/page", shop.base))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    answer
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .find_map(|cookie| cookie.strip_prefix("room_ticket="))
+        .and_then(|rest| rest.split(';').next())
+        .expect("a room_ticket")
+        .to_owned()
+}
+
+/// The 402's offers for `session`, asked with `ticket` (if any) in the Cookie header.
+async fn quoted_offers(shop: &Shop, session: &(String, String), ticket: Option<&str>) -> Value {
+    let mut request = client()
+        .post(format!("{}/_concert/payment", shop.base))
+        .header("concert-session", &session.0)
+        .header("x-concert-csrf", &session.1);
+    if let Some(ticket) = ticket {
+        request = request.header("cookie", format!("room_ticket={ticket}"));
+    }
+    let asked = request.send().await.unwrap();
+    assert_eq!(asked.status(), 402);
+    let header = asked.headers()["payment-required"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let required: Value = serde_json::from_slice(&STANDARD.decode(header).unwrap()).unwrap();
+    assert_eq!(required, asked.json::<Value>().await.unwrap());
+    required["accepts"].clone()
+}
+
+/// The vector payment re-signed by its payer for `drops`.
+fn blob_paying(shop: &Shop, drops: u64) -> String {
+    use concert::fastlane::chains::xrpl::{codec, keys::KeyPair};
+    let mut tx = codec::decode(&hex::decode(&shop.blob).unwrap()).unwrap();
+    tx.set(codec::field::AMOUNT, codec::native_amount(drops));
+    KeyPair::from_seed("sp59tVwt6dzAsmAVBCFLdpL5SoBwA")
+        .unwrap()
+        .sign_transaction(&mut tx);
+    hex::encode_upper(tx.encode())
+}
+
+fn payment_with_blob(shop: &Shop, accepted: &Value, blob: &str) -> String {
+    let payment = json!({
+        "x402Version": 2,
+        "resource": {"url": format!("{}/_concert/payment", shop.base)},
+        "accepted": accepted,
+        "payload": {"signedTxBlob": blob},
+    });
+    STANDARD.encode(payment.to_string())
+}
+
+#[tokio::test]
+async fn with_rate_set_the_offer_costs_what_skipping_the_visitors_ahead_costs() {
+    // Each visitor ahead adds half the offer's price (0.1 XRP).
+    let shop = start_shop_with(&["-rate", "0.5"]).await;
+    let base = shop.base.clone();
+    let filler =
+        tokio::spawn(async move { client().get(format!("{base}/hold-room")).send().await });
+    assert!(eventually(|| shop.concert.app.room.stats().occupancy == 1).await);
+    let first = queue_visitor(&shop).await;
+    let third_ahead = [queue_visitor(&shop).await, queue_visitor(&shop).await];
+    let third = third_ahead[1].clone();
+
+    // First in line: nobody to skip, the offer as configured.
+    let first_session = open_session(&shop).await;
+    let offers = quoted_offers(&shop, &first_session, Some(&first)).await;
+    assert_eq!(offers[0], shop.requirements);
+
+    // Third in line: two ahead, 0.1 + 2 × 0.05 XRP, quoted for this session.
+    let session = open_session(&shop).await;
+    let offers = quoted_offers(&shop, &session, Some(&third)).await;
+    let quote = offers[0].clone();
+    assert_eq!(quote["amount"], "200000");
+    assert_eq!(quote["extra"]["areFeesSponsored"], false);
+    assert!(quote["extra"]["concertQuote"].is_string(), "{quote}");
+
+    // Without a ticket the price is the whole line's: three ahead.
+    let offers = quoted_offers(&shop, &session, None).await;
+    assert_eq!(offers[0]["amount"], "250000");
+
+    // A quote with its amount lowered, or presented by another session, is refused.
+    let mut cheaper = quote.clone();
+    cheaper["amount"] = json!("150000");
+    let header = payment_with_blob(&shop, &cheaper, &blob_paying(&shop, 150_000));
+    let refused = pay(&shop, &session, Some(&header)).await;
+    assert_eq!(refused.status(), 400);
+    assert_eq!(
+        refused.json::<Value>().await.unwrap()["error"],
+        "payment_terms_mismatch"
+    );
+    let header = payment_with_blob(&shop, &quote, &blob_paying(&shop, 200_000));
+    let borrowed = pay(&shop, &first_session, Some(&header)).await;
+    assert_eq!(borrowed.status(), 400);
+    // A payment of the old price against the quote does not verify.
+    let underpaid = payment_with_blob(&shop, &quote, &shop.blob);
+    assert_eq!(pay(&shop, &session, Some(&underpaid)).await.status(), 402);
+    // The same quote ended: asked again, with a fresh quote, before anything is submitted.
+    let session_hex = quote["extra"]["concertQuote"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap()
+        .to_owned();
+    let offer: concert::fastlane::x402::PaymentRequirements =
+        serde_json::from_value(shop.requirements.clone()).unwrap();
+    let ended = concert::fastlane::quote::QuoteKey::from_admit_secret(SECRET.as_bytes()).quote(
+        &offer,
+        1.0,
+        &session_hex,
+        1,
+    );
+    assert_eq!(ended.amount, "200000");
+    let ended = payment_with_blob(
+        &shop,
+        &serde_json::to_value(&ended).unwrap(),
+        &blob_paying(&shop, 200_000),
+    );
+    let asked_again = pay(&shop, &session, Some(&ended)).await;
+    assert_eq!(asked_again.status(), 402);
+    let again: Value = asked_again.json().await.unwrap();
+    assert_eq!(again["error"], "quote_expired");
+    assert_eq!(again["accepts"][0]["amount"], "250000");
+    assert_eq!(shop.ledger.submits.load(Ordering::SeqCst), 0);
+
+    // The quoted price, paid by its session: settled once, and the pass rides the lane.
+    *shop.ledger.delivered.lock().unwrap() = "200000".into();
+    let paid = pay(&shop, &session, Some(&header)).await;
+    assert_eq!(paid.status(), 200, "{:?}", paid.text().await);
+    assert_eq!(shop.ledger.submits.load(Ordering::SeqCst), 1);
+    let riding = client()
+        .get(format!("{}/page", shop.base))
+        .header("concert-session", &session.0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(riding.json::<Value>().await.unwrap()["origin"], true);
+
+    // Pricing off again (live): the offer is back to its configured price.
+    shop.concert
+        .app
+        .change_settings(|config, _| {
+            config.rate = 0.0;
+            Ok(())
+        })
+        .expect("live change");
+    let other = open_session(&shop).await;
+    let offers = quoted_offers(&shop, &other, Some(&third_ahead[0])).await;
+    assert_eq!(offers[0], shop.requirements);
+
+    shop.gate.add_permits(2);
+    let _ = filler.await;
+    let _ = shop.concert.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_waiting_page_shows_the_price_for_the_visitors_place_in_the_line() {
+    const STEP: Duration = Duration::from_secs(15);
+    let shop = start_shop_with(&["-rate", "0.5"]).await;
+    let base = shop.base.clone();
+    let filler =
+        tokio::spawn(async move { client().get(format!("{base}/hold-room")).send().await });
+    assert!(eventually(|| shop.concert.app.room.stats().occupancy == 1).await);
+    // Two ahead: the browser's visitor is third, so skipping costs 2 × 0.5 offer prices.
+    let _ahead = [queue_visitor(&shop).await, queue_visitor(&shop).await];
+
+    let browser = browser::Browser::launch().await.expect("headless Chromium");
+    let page = browser.new_page().await.unwrap();
+    page.goto(&format!("{}/tickets", shop.base)).await.unwrap();
+    page.wait_for(
+        &format!(
+            "({}) === 'For your place in the line, 0.2 XRP buys 5 minutes in the fast lane, past this line while it lasts.'",
+            text_of("fastlane-offer")
+        ),
+        STEP,
+    )
+    .await
+    .unwrap();
+    // The money-priced skip link belongs to sites without a lane.
+    assert_eq!(
+        page.eval(&is_shown("skip-price")).await.unwrap(),
+        json!(false)
+    );
+
+    // On the access page a wallet (one the site would install) pays what the line asks.
+    page.eval("document.getElementById('fastlane-link').click(), true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.querySelectorAll('#offers button').length === 1",
+        STEP,
+    )
+    .await
+    .unwrap();
+    let wallet = format!(
+        "window.paidAmounts = []; window.concertWallets.xrpl = {{            connect: async () => ({{ address: '{payer}' }}),            createPaymentPayload: async (ask) => {{              window.paidAmounts.push(ask.requirements.amount);              return {{ signedTxBlob: '{blob}' }}; }} }};          document.querySelector('#offers button').disabled = false; true",
+        payer = "rPayerOfTheVectorPayment",
+        blob = blob_paying(&shop, 200_000),
+    );
+    page.eval(&wallet).await.unwrap();
+    // First choice: the price for this place is shown, and no wallet is asked yet.
+    page.eval("document.querySelector('#offers button').click(), true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.getElementById('state').textContent.startsWith('For your place in the line the price is 0.200000 XRP')",
+        STEP,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        page.eval("document.querySelector('#offers button').textContent")
+            .await
+            .unwrap(),
+        "Five minutes — 0.200000 XRP"
+    );
+    assert_eq!(page.eval("window.paidAmounts.length").await.unwrap(), 0);
+    // Second choice: paid at that price, settled once, and back to the site past the line.
+    *shop.ledger.delivered.lock().unwrap() = "200000".into();
+    page.eval("document.querySelector('#offers button').click(), true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.getElementById('state').textContent.startsWith('Paid.')",
+        STEP,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        page.eval("window.paidAmounts").await.unwrap(),
+        json!(["200000"])
+    );
+    assert_eq!(shop.ledger.submits.load(Ordering::SeqCst), 1);
+    page.wait_for("location.pathname === '/tickets'", STEP)
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.body.textContent.includes('\"origin\":true')",
+        STEP,
+    )
+    .await
+    .unwrap();
+    // The only complaints are the two 402s the exchange is made of.
+    let problems = page.problems();
+    assert!(
+        problems.len() == 2 && problems.iter().all(|p| p.contains("status of 402")),
+        "{problems:?}"
+    );
+
+    shop.gate.add_permits(1);
+    let _ = filler.await;
+    let _ = shop.concert.shutdown().await;
 }

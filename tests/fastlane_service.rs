@@ -303,6 +303,7 @@ async fn start_lane_at(
         policy_token: POLICY_TOKEN,
         entry_ttl,
         skip_url: "/skip",
+        line: None,
     })?;
     let served = lane.clone();
     // The request path hands the lane the canonical client address; this harness lets a test
@@ -1342,6 +1343,7 @@ async fn a_disabled_lane_answers_config_and_nothing_else() {
         policy_token: "",
         entry_ttl: Duration::ZERO,
         skip_url: "/skip",
+        line: None,
     })
     .unwrap();
     let request = |method: &str, path: &str| {

@@ -11,8 +11,8 @@ complete -c concert -l html -d 'HTML file used as the waiting page. Empty uses t
 complete -c concert -l fastlane-config -d 'The fast lane\'s offers and terms (fastlane.json; `concert example fastlane` prints a start). Empty uses fastlane.json in the data directory when present; no file, no fast lane. Restart to change. [default: ""] [env: CONCERT_FASTLANE_CONFIG]' -r
 complete -c concert -l networks-config -d 'How the fast lane reaches each payment network (networks.json; `concert example networks` prints a start). Empty uses networks.json in the data directory. Restart to change. [default: ""] [env: CONCERT_NETWORKS_CONFIG]' -r
 complete -c concert -l fastlane-entry-ttl -d 'How long a fast-lane pass keeps letting its visitor in after its first use, even past the pass\'s own end. 0 (off) or between 30s and 24h. [default: 5m0s] [env: CONCERT_FASTLANE_ENTRY_TTL]' -r
-complete -c concert -l rate -d 'Price to skip the line. Pricing is on when this or the surge price is above 0. [default: 0] [env: CONCERT_RATE]' -r
-complete -c concert -l surge -d 'Extra price added as the room fills up. [default: 0] [env: CONCERT_SURGE]' -r
+complete -c concert -l rate -d 'Price to skip the line, per visitor ahead. Pricing is on when this or the surge price is above 0. With a fast lane it counts in offer prices: the first in line pays the offer\'s amount, each visitor ahead adds this times it. [default: 0] [env: CONCERT_RATE]' -r
+complete -c concert -l surge -d 'Extra price per visitor ahead for each visitor waiting, added to the base price as the line grows (in offer prices with a fast lane). [default: 0] [env: CONCERT_SURGE]' -r
 complete -c concert -l skip-url -d 'Where the waiting page\'s skip-the-line link points: a path or an http(s) URL. [default: ""] [env: CONCERT_SKIP_URL]' -r
 complete -c concert -l pass -d 'How long a bought skip pass lasts. 0 or between 1m and 24h. Not in this version yet (no effect). [default: 0s] [env: CONCERT_PASS_DURATION]' -r
 complete -c concert -l priority-cap -d 'Extra slots for visitors holding a priority grant. 0 means a quarter of the capacity (at least 1). [default: 0] [env: CONCERT_PRIORITY_CAP]' -r

@@ -300,13 +300,13 @@ pub static SETTINGS: &[SettingDef] = &[
         flag: "-rate", env: "CONCERT_RATE", group: SKIP, restart: false,
         check: Check::Float { min: 0.0, max: 1e6 }, default: "0",
         label: "Base price",
-        help: "Price to skip the line. Pricing is on when this or the surge price is above 0.",
+        help: "Price to skip the line, per visitor ahead. Pricing is on when this or the surge price is above 0. With a fast lane it counts in offer prices: the first in line pays the offer's amount, each visitor ahead adds this times it.",
     }),
     setting!(surge: F64 {
         flag: "-surge", env: "CONCERT_SURGE", group: SKIP, restart: false,
         check: Check::Float { min: 0.0, max: 1e6 }, default: "0",
         label: "Surge price",
-        help: "Extra price added as the room fills up.",
+        help: "Extra price per visitor ahead for each visitor waiting, added to the base price as the line grows (in offer prices with a fast lane).",
     }),
     setting!(skip_url: Str {
         flag: "-skip-url", env: "CONCERT_SKIP_URL", group: SKIP, restart: false,

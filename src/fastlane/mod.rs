@@ -9,7 +9,8 @@
 //!   [`mechanism::Mechanism`] per network (`chains/`).
 //!
 //! `x402` holds the wire types both halves and the chains share; `settings` the parsed
-//! `fastlane.json` and `networks.json`.
+//! `fastlane.json` and `networks.json`; `quote` the offers priced by the line (`-rate`,
+//! `-surge`), which both halves recognise.
 
 pub mod canonical;
 pub mod chains;
@@ -17,6 +18,7 @@ pub mod commands;
 pub mod facilitator;
 pub mod gateway;
 pub mod mechanism;
+pub mod quote;
 pub mod service;
 pub mod settings;
 pub mod x402;

@@ -47,6 +47,9 @@ pub struct PaymentRequired {
     pub x402_version: u32,
     pub resource: ResourceInfo,
     pub accepts: Vec<PaymentRequirements>,
+    /// Why a payment was asked for again (a quote that ended, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What the client sends in `PAYMENT-SIGNATURE`: the terms it accepted and the

@@ -7,12 +7,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderMap;
+
+use crate::admission::cookies::{TICKET, read_cookie};
 use crate::app::{App, BuildError};
 use crate::config::{self, Config};
 use crate::fastlane::chains::BuiltIn;
 use crate::fastlane::gateway::{Gateway, SettlementJournal, build_mechanisms};
-use crate::fastlane::service::{FastLane, FastLaneOptions};
+use crate::fastlane::quote::QuoteKey;
+use crate::fastlane::service::{FastLane, FastLaneOptions, LinePrice};
 use crate::fastlane::settings::{FASTLANE_FILE, NETWORKS_FILE, load_files};
+use crate::room::Room;
 use crate::store::DataDir;
 
 /// The shortest `CONCERT_POLICY_TOKEN` accepted.
@@ -20,6 +25,16 @@ const MIN_POLICY_TOKEN_LEN: usize = 32;
 
 /// How long the stop waits for settlements under way to be journaled.
 const SETTLE_DRAIN: Duration = Duration::from_secs(30);
+
+/// The waiting room as the lane's pricing sees it: with `-rate`/`-surge` set, what skipping
+/// the visitors ahead costs, counted in offer prices.
+struct RoomLine(Arc<Room>);
+
+impl LinePrice for RoomLine {
+    fn skip_cost(&self, headers: &HeaderMap) -> f64 {
+        self.0.skip_cost_for(read_cookie(headers, TICKET))
+    }
+}
 
 /// The running lane's two halves, for the stop.
 pub(super) struct Started {
@@ -102,7 +117,8 @@ pub(super) fn start(
     let journal = SettlementJournal::open(data_dir.path()).map_err(|e| refused(e.to_string()))?;
     let gateway = Gateway::new(&settings, mechanisms, journal)
         .map_err(|e| refused(format!("{}: {e}", fastlane_file.display())))?
-        .with_solana_preparer(built);
+        .with_solana_preparer(built)
+        .with_quote_key(QuoteKey::from_admit_secret(&secret));
     let lane = FastLane::new(FastLaneOptions {
         settings,
         data_dir: data_dir.path(),
@@ -111,6 +127,7 @@ pub(super) fn start(
         policy_token: &config.policy_token,
         entry_ttl: config.fastlane_entry_ttl,
         skip_url: &config.skip_url,
+        line: Some(Arc::new(RoomLine(app.room.clone()))),
     })
     .map_err(|e| refused(e.to_string()))?;
     tracing::info!(

@@ -48,7 +48,15 @@ pub(super) fn overview_json(app: &App) -> Value {
         stats.insert("surge".into(), config.surge.into());
         stats.insert("skip_url".into(), config.skip_url.clone().into());
         let skip_price = if config.rate > 0.0 || config.surge > 0.0 {
-            format!("${} + ${} per queued", config.rate, config.surge)
+            if app.fast_lane().is_some() {
+                // With a lane the price counts in offer prices, not money.
+                format!(
+                    "offer × (1 + ahead × ({} + {} per queued))",
+                    config.rate, config.surge
+                )
+            } else {
+                format!("${} + ${} per queued", config.rate, config.surge)
+            }
         } else {
             "off".to_owned()
         };

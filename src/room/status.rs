@@ -108,3 +108,32 @@ impl Room {
         }
     }
 }
+
+impl Room {
+    /// What skipping the line costs the holder of `ticket_cookie` now, in the pricing's units
+    /// (`-rate` + depth × `-surge` per visitor ahead; 0 when pricing is off). A visitor already
+    /// let in, or holding a VIP pass, skips nobody. Without a ticket in the line the price is
+    /// that of the whole line, so dropping the ticket never makes skipping cheaper. Reads only:
+    /// the ticket is not marked seen.
+    pub fn skip_cost_for(&self, ticket_cookie: Option<&str>) -> f64 {
+        let shared = &self.shared;
+        let settings = shared.settings.load();
+        let Some(pricing) = settings.pricing else {
+            return 0.0;
+        };
+        let entry = ticket_cookie
+            .and_then(parse_token)
+            .and_then(|token| shared.tokens.lock_for(&token).get(&token).copied());
+        if entry.is_some_and(|entry| entry.has(HAS_PASS)) {
+            return 0.0;
+        }
+        let core = shared.core.lock();
+        let queue_depth = core.line.queue_depth();
+        let ahead = match entry {
+            Some(entry) => (core.line.position(entry.key) - 1).max(0) as u64,
+            None => queue_depth,
+        };
+        drop(core);
+        ahead as f64 * pricing.price_per_position(queue_depth)
+    }
+}

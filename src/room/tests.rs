@@ -985,6 +985,43 @@ async fn pricing_reports_rate_and_skip_cost_without_a_pass() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_skip_costs_the_visitors_ahead_and_without_a_ticket_the_whole_line() {
+    let room = Room::new(RoomSettings {
+        pricing: Pricing::new(1.0, 0.5),
+        ..settings(1)
+    });
+    let held = enter(&room).await;
+    let front = waiting(room.arrive(Arrival::default()));
+    let back = waiting(room.arrive(Arrival::default()));
+    // Depth 2: 1 + 2 × 0.5 = 2 per visitor ahead.
+    assert_eq!(room.skip_cost_for(Some(&front.token)), 0.0);
+    assert_eq!(room.skip_cost_for(Some(&back.token)), 2.0);
+    assert_eq!(room.skip_cost_for(None), 4.0);
+    assert_eq!(room.skip_cost_for(Some("not a ticket")), 4.0);
+    assert_eq!(room.skip_cost_for(Some(&"ab".repeat(16))), 4.0);
+    // Asking is not a sign of life: the ticket's first poll still counts as its first.
+    assert!(matches!(
+        room.poll(Some(&back.token)),
+        PollOutcome::Waiting { position: 2, .. }
+    ));
+    // A VIP pass holder skips nobody.
+    room.add_pass("vip-pass", Duration::from_secs(3_600));
+    let vip = waiting(room.arrive(Arrival {
+        pass_cookie: Some("vip-pass"),
+        ..Arrival::default()
+    }));
+    assert_eq!(room.skip_cost_for(Some(&vip.token)), 0.0);
+    // Let in: nobody ahead.
+    drop(held);
+    advance(Duration::from_secs(2)).await;
+    assert_eq!(room.skip_cost_for(Some(&vip.token)), 0.0);
+    // Pricing off: free.
+    room.reconfigure(settings(1));
+    assert_eq!(room.skip_cost_for(Some(&back.token)), 0.0);
+    assert_eq!(room.skip_cost_for(None), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn shrinking_cap_with_holders_never_over_admits() {
     let room = Room::new(settings(4));
     let holders: Vec<PageSlot> = {

@@ -216,10 +216,30 @@
     }
     // A final refusal: this signed payment will never be taken, so it is dropped.
     dropPending();
+    if (code === "quote_expired") {
+      say("The price quoted for your place in the line has ended; nothing was charged. Choose the offer again for today's price.");
+      return;
+    }
     say("The payment was not accepted (" + code + "). Nothing was charged by this page.");
   }
 
-  async function pay(offer) {
+  // The same offer, whatever its price: line pricing changes only the amount (and adds the
+  // quote that vouches for it).
+  function offerKey(terms) {
+    return [terms.scheme, terms.network, terms.asset, terms.payTo].join(" ");
+  }
+
+  // When a line-priced quote stops starting payments (unix seconds); never for a plain offer.
+  function quoteEnds(terms) {
+    var quote = terms.extra && terms.extra.concertQuote;
+    var parts = typeof quote === "string" ? quote.split(".") : [];
+    return parts.length === 3 ? Number(parts[1]) : Infinity;
+  }
+
+  // Quotes the visitor has been shown, by offer: paying takes the price they saw.
+  var shownQuotes = {};
+
+  async function pay(offer, button) {
     if (pending()) { await sendPending(); return; }
     var terms = offer.requirements;
     var adapter = adapterFor(terms.network);
@@ -231,9 +251,27 @@
     if (probe.status !== 402) { say("The fast lane cannot take payments now (" + (probeBody.error || probe.status) + ")."); return; }
     var required = JSON.parse(fromBase64(probe.headers.get("PAYMENT-REQUIRED") || toBase64(JSON.stringify(probeBody))));
     var accepted = (required.accepts || []).filter(function (candidate) {
-      return JSON.stringify(candidate) === JSON.stringify(terms);
+      return offerKey(candidate) === offerKey(terms);
     })[0];
-    if (!accepted) { say("The offer changed; reload the page."); return; }
+    var quoted = accepted && quoteEnds(accepted) !== Infinity;
+    if (!accepted || (!quoted && JSON.stringify(accepted) !== JSON.stringify(terms))) {
+      say("The offer changed; reload the page."); return;
+    }
+    if (quoted) {
+      // The price follows the visitor's place in the line: show it before any wallet asks,
+      // and pay the price shown while its quote lasts (a minute of margin for the wallet).
+      var shown = shownQuotes[offerKey(terms)];
+      if (shown && quoteEnds(shown) > Date.now() / 1000 + 60) {
+        accepted = shown;
+      } else {
+        shownQuotes[offerKey(terms)] = accepted;
+        var price = displayAmount(accepted.amount, accepted.network);
+        button.textContent = offer.label + " — " + price;
+        say("For your place in the line the price is " + price + " (the offer starts at " +
+          displayAmount(terms.amount, terms.network) + "). Choose the offer again to pay it.");
+        return;
+      }
+    }
     var account = await adapter.connect({ network: accepted.network, offer: offer });
     var payload = await adapter.createPaymentPayload({
       network: accepted.network,
@@ -241,7 +279,7 @@
       requirements: accepted,
       resource: required.resource,
       prepare: async function (address) {
-        var prepared = await post("/solana/prepare", {}, JSON.stringify({ network: accepted.network, from: address }));
+        var prepared = await post("/solana/prepare", {}, JSON.stringify({ network: accepted.network, from: address, accepted: accepted }));
         var preparedBody = await readJson(prepared);
         if (!prepared.ok) { throw new Error(preparedBody.error || "prepare_failed"); }
         return checkPreparedSolana(preparedBody, accepted, address);
@@ -276,7 +314,7 @@
         button.title = "No wallet adapter for " + terms.network;
       }
       button.addEventListener("click", function () {
-        pay(offer).catch(function (e) { say("Something went wrong: " + e.message); });
+        pay(offer, button).catch(function (e) { say("Something went wrong: " + e.message); });
       });
       item.appendChild(button);
       list.appendChild(item);

@@ -77,11 +77,26 @@ impl SolanaPreparer for BuiltIn {
                 .iter()
                 .find(|(mechanism, _)| mechanism.network() == network)
                 .cloned();
-            let Some((mechanism, terms)) = found else {
+            let Some((mechanism, mut terms)) = found else {
                 return Err(GatewayError::Rejected(format!(
                     "no Solana offer on {network}"
                 )));
             };
+            // A line-priced quote asks for more than the offer; never for less.
+            if let Some(amount) = request.get("amount") {
+                let quoted = amount.as_str().and_then(|a| a.parse::<u64>().ok());
+                let offered = terms.amount.parse::<u64>().ok();
+                match (quoted, offered) {
+                    (Some(quoted), Some(offered)) if quoted >= offered => {
+                        terms.amount = quoted.to_string();
+                    }
+                    _ => {
+                        return Err(GatewayError::Rejected(
+                            "the amount is below the offer's".into(),
+                        ));
+                    }
+                }
+            }
             mechanism.prepare(from, &terms).await.map_err(|e| match e {
                 solana::PrepareError::Invalid(code) => GatewayError::Rejected(code.to_owned()),
                 solana::PrepareError::Chain(e) => GatewayError::Unavailable(e.to_string()),

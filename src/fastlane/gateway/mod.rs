@@ -24,6 +24,7 @@ use tokio_util::task::TaskTracker;
 use super::canonical::settlement_id;
 use super::facilitator::{Facilitator, GatewayError};
 use super::mechanism::{BoxFuture, ChainError, Mechanism};
+use super::quote::QuoteKey;
 use super::settings::{FastlaneSettings, NetworkSettings, NetworksSettings, Offer};
 use super::x402::{
     FacilitatorRequest, PaymentRequirements, SettleResponse, SupportedKind, VerifyResponse,
@@ -137,6 +138,10 @@ struct Inner {
     kinds: Vec<SupportedKind>,
     /// The terms a payment may be made against, as they serialise (the comparison is exact).
     offers: Vec<Vec<u8>>,
+    /// The same offers, for recognising quotes priced from them.
+    payable: Vec<PaymentRequirements>,
+    /// Recognises offers priced by the line; none: only offers as configured are taken.
+    quotes: Option<QuoteKey>,
     resource_url: String,
     journal: Arc<SettlementJournal>,
     network_locks: HashMap<String, Arc<AsyncMutex<()>>>,
@@ -181,6 +186,7 @@ impl Gateway {
             by_kind.insert(key, mechanism);
         }
         let mut offers = Vec::new();
+        let mut payable = Vec::new();
         for (index, offer) in settings.offers.iter().enumerate() {
             let terms = &offer.requirements;
             if !by_kind.contains_key(&(terms.scheme.clone(), terms.network.clone())) {
@@ -191,6 +197,7 @@ impl Gateway {
             }
             if !offer.deposit_only {
                 offers.push(serialised(terms));
+                payable.push(terms.clone());
             }
         }
         Ok(Gateway {
@@ -198,6 +205,8 @@ impl Gateway {
                 mechanisms: by_kind,
                 kinds,
                 offers,
+                payable,
+                quotes: None,
                 resource_url: payment_resource_url(&settings.origin),
                 journal: Arc::new(journal),
                 network_locks,
@@ -213,6 +222,15 @@ impl Gateway {
     pub fn with_solana_preparer(mut self, preparer: Arc<dyn SolanaPreparer>) -> Gateway {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.solana = Some(preparer);
+        }
+        self
+    }
+
+    /// Also takes offers priced by the line with quotes signed by `key` (the service's key).
+    /// Only before the gateway is shared.
+    pub fn with_quote_key(mut self, key: QuoteKey) -> Gateway {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.quotes = Some(key);
         }
         self
     }
@@ -290,7 +308,14 @@ impl Inner {
                 "the payment's accepted terms differ from the requirements",
             ));
         }
-        if !self.offers.contains(&wanted) {
+        // A quote's expiry is the service's business: an identical retry of a journaled
+        // payment must still settle after its quote ended.
+        let quoted = || {
+            self.quotes
+                .as_ref()
+                .is_some_and(|key| key.check(terms, &self.payable).is_some())
+        };
+        if !self.offers.contains(&wanted) && !quoted() {
             return Err(rejected("the requirements are not a configured offer"));
         }
         if let Some(resource) = &payment.resource

@@ -251,6 +251,38 @@ async fn rejects_changed_terms_foreign_resources_old_versions_and_empty_payloads
     assert!(gateway.verify(&unnamed).await.unwrap().is_valid);
 }
 
+#[tokio::test]
+async fn a_line_priced_quote_is_taken_only_with_the_key_that_signed_it() {
+    use crate::fastlane::quote::QuoteKey;
+    let root = tempfile::tempdir().unwrap();
+    let chain = Arc::new(ScriptedChain::new("xrpl:1", SettleScript::Success));
+    let key = QuoteKey::from_admit_secret(b"the secret the service signs quotes with");
+    let quoted_request = |key: &QuoteKey| {
+        let mut quoted = request("xrpl:1");
+        let terms = key.quote(&quoted.payment_requirements, 0.5, "5e55", 1);
+        quoted.payment_requirements = terms.clone();
+        quoted.payment_payload.accepted = terms;
+        quoted
+    };
+    let without_key = gateway(root.path(), std::slice::from_ref(&chain));
+    let refused = without_key.verify(&quoted_request(&key)).await;
+    assert!(rejection(refused).contains("not a configured offer"));
+    drop(without_key);
+
+    let with_key = gateway(root.path(), std::slice::from_ref(&chain)).with_quote_key(key.clone());
+    // Ended long ago (expires 1): still the gateway's to take, the expiry is the service's.
+    assert!(
+        with_key
+            .verify(&quoted_request(&key))
+            .await
+            .unwrap()
+            .is_valid
+    );
+    let stranger = QuoteKey::from_admit_secret(b"some other secret, not the service's");
+    let refused = with_key.verify(&quoted_request(&stranger)).await;
+    assert!(rejection(refused).contains("not a configured offer"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_concurrent_settles_reach_the_chain_once_and_the_result_survives_a_restart() {
     let root = tempfile::tempdir().unwrap();

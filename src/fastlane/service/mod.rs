@@ -33,7 +33,8 @@ use http::HeaderMap;
 use parking_lot::Mutex;
 
 pub use self::routes::{
-    MAX_BODY_BYTES, MAX_PAYMENT_HEADER_BYTES, MAX_SETTLING, SETTLE_WAIT_GRACE, VERIFY_TIMEOUT,
+    MAX_BODY_BYTES, MAX_PAYMENT_HEADER_BYTES, MAX_SETTLING, QUOTE_SECONDS, SETTLE_WAIT_GRACE,
+    VERIFY_TIMEOUT,
 };
 
 use self::journal::{Journal, Receipt};
@@ -43,6 +44,7 @@ use self::session::{Session, SessionId, SessionKeys};
 use self::window::EntryWindows;
 use super::facilitator::Facilitator;
 use super::mechanism::BoxFuture;
+use super::quote::QuoteKey;
 use super::settings::FastlaneSettings;
 use super::x402::{
     PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse, X402_VERSION,
@@ -99,6 +101,16 @@ pub struct FastLaneOptions<'a> {
     pub entry_ttl: Duration,
     /// `-skip-url`, reported as `legacy_skip_url`.
     pub skip_url: &'a str,
+    /// Prices offers by the visitor's place in the line (`-rate`, `-surge`); none: offers
+    /// cost what `fastlane.json` says.
+    pub line: Option<Arc<dyn LinePrice>>,
+}
+
+/// What the waiting room tells the fast lane when it prices an offer.
+pub trait LinePrice: Send + Sync {
+    /// What skipping the line costs the visitor presenting `headers` now, in multiples of an
+    /// offer's price; 0 when it costs nothing.
+    fn skip_cost(&self, headers: &HeaderMap) -> f64;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +160,11 @@ pub struct FastLane {
     payable: Vec<PaymentRequirements>,
     /// Their serialised form, compared byte for byte with a payment's `accepted`.
     payable_bytes: Vec<Vec<u8>>,
+    /// Signs and recognises offers priced by the line.
+    quotes: QuoteKey,
+    line: Option<Arc<dyn LinePrice>>,
+    /// The 402's resource, the same for every quote.
+    resource: ResourceInfo,
     /// The 402 body and its base64 for `PAYMENT-REQUIRED`.
     payment_required: (String, String),
     config_json: String,
@@ -201,17 +218,19 @@ impl FastLane {
             .map(serde_json::to_vec)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| FastLaneError::Invalid(e.to_string()))?;
+        let resource = ResourceInfo {
+            url: format!("{origin}/_concert/payment"),
+            description: Some(format!(
+                "{} seconds of Concert fast-lane eligibility; capacity limits apply",
+                settings.pass_seconds
+            )),
+            mime_type: Some("application/json".into()),
+        };
         let required = PaymentRequired {
             x402_version: X402_VERSION,
-            resource: ResourceInfo {
-                url: format!("{origin}/_concert/payment"),
-                description: Some(format!(
-                    "{} seconds of Concert fast-lane eligibility; capacity limits apply",
-                    settings.pass_seconds
-                )),
-                mime_type: Some("application/json".into()),
-            },
+            resource: resource.clone(),
             accepts: payable.clone(),
+            error: None,
         };
         let required_json =
             serde_json::to_string(&required).map_err(|e| FastLaneError::Invalid(e.to_string()))?;
@@ -251,6 +270,9 @@ impl FastLane {
             settling: Arc::default(),
             payable,
             payable_bytes,
+            quotes: QuoteKey::from_admit_secret(options.admit_secret),
+            line: options.line,
+            resource,
             payment_required: (required_json, required_header),
             config_json,
             settings,

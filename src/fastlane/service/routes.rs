@@ -33,7 +33,7 @@ use super::{CSRF_HEADER, FastLane, SESSION_COOKIE, SettleOutcome, SharedSettle, 
 use crate::fastlane::facilitator::GatewayError;
 use crate::fastlane::x402::{
     FacilitatorRequest, PAYMENT_REQUIRED, PAYMENT_RESPONSE, PAYMENT_SIGNATURE, PaymentPayload,
-    X402_VERSION,
+    PaymentRequired, PaymentRequirements, X402_VERSION,
 };
 use crate::paths::reserved::CONCERT_TREE;
 
@@ -56,6 +56,11 @@ const SETTLE_RUN_GRACE: u64 = 300;
 /// Settlements awaited at once. Waiting for one does not hold a verification place, so this
 /// bounds the detached tasks instead.
 pub const MAX_SETTLING: usize = 256;
+/// How long a quote of a line-priced offer can start a payment: time enough to approve it in
+/// a wallet.
+pub const QUOTE_SECONDS: u64 = 600;
+/// The 402's `error` when a quote ended before the payment made with it arrived.
+const QUOTE_EXPIRED: &str = "quote_expired";
 /// How long the gateway may take to prepare a Solana transfer.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(45);
 
@@ -204,7 +209,7 @@ impl FastLane {
                 self.payment(&headers, &body, session, client, now, &mut running)
                     .await
             }
-            PostRoute::SolanaPrepare => self.solana_prepare(&body).await,
+            PostRoute::SolanaPrepare => self.solana_prepare(&body, &session, now).await,
             PostRoute::Session => error(StatusCode::NOT_FOUND, "not_found"),
         }
     }
@@ -316,8 +321,9 @@ impl FastLane {
         if self.payable.is_empty() {
             return error(StatusCode::NOT_FOUND, "payments_disabled");
         }
+        let me = session.id_hex();
         let Some(header_value) = headers.get(PAYMENT_SIGNATURE) else {
-            return self.payment_required();
+            return self.payment_required(headers, &me, now, None);
         };
         let decoded = match decode_payment_header(header_value.as_bytes()) {
             Ok(decoded) => decoded,
@@ -329,13 +335,11 @@ impl FastLane {
         {
             return error(StatusCode::BAD_REQUEST, "wrong_resource");
         }
-        let accepted_bytes = serde_json::to_vec(&payment.accepted).unwrap_or_default();
-        if !self.payable_bytes.contains(&accepted_bytes) {
+        let Ok(quote_expires) = self.terms_offered(&payment.accepted, &me) else {
             return error(StatusCode::BAD_REQUEST, "payment_terms_mismatch");
-        }
+        };
         let terms = payment.accepted.clone();
         let fingerprint = fingerprint::fingerprint(&terms.network, &terms.scheme, &payment.payload);
-        let me = session.id_hex();
         let request = FacilitatorRequest {
             x402_version: X402_VERSION,
             payment_payload: payment,
@@ -363,6 +367,10 @@ impl FastLane {
                 self.settle_and_answer(request, unresolved, running).await
             }
             None => {
+                // Only a new payment needs a live quote: a journaled one keeps its terms.
+                if quote_expires.is_some_and(|expires| expires < now) {
+                    return self.payment_required(headers, &me, now, Some(QUOTE_EXPIRED));
+                }
                 if self.journal.unsettled(&session.id).is_some() {
                     return error(
                         StatusCode::CONFLICT,
@@ -594,22 +602,78 @@ impl FastLane {
             .unwrap_or_else(|failure| Err(RecordError::Io(failure.to_string())))
     }
 
-    fn payment_required(&self) -> Response<Body> {
-        let (body, header_b64) = &self.payment_required;
-        let mut response = json(StatusCode::PAYMENT_REQUIRED, body.clone());
-        if let Ok(value) = HeaderValue::try_from(header_b64.as_str()) {
+    /// Whether `accepted` is an offer this session may pay: one as configured (`Ok(None)`), or
+    /// a quote made for this session (`Ok(Some(end of the quote))`).
+    fn terms_offered(
+        &self,
+        accepted: &PaymentRequirements,
+        session: &str,
+    ) -> Result<Option<u64>, ()> {
+        let accepted_bytes = serde_json::to_vec(accepted).unwrap_or_default();
+        if self.payable_bytes.contains(&accepted_bytes) {
+            return Ok(None);
+        }
+        match self.quotes.check(accepted, &self.payable) {
+            Some(claims) if claims.session == session => Ok(Some(claims.expires)),
+            _ => Err(()),
+        }
+    }
+
+    /// The 402: the offers as configured, or, when the line prices skipping it, each offer
+    /// quoted for this session's place in the line.
+    fn payment_required(
+        &self,
+        headers: &HeaderMap,
+        session: &str,
+        now: u64,
+        why: Option<&str>,
+    ) -> Response<Body> {
+        let skip_cost = self
+            .line
+            .as_ref()
+            .map_or(0.0, |line| line.skip_cost(headers));
+        let priced = skip_cost.is_finite() && skip_cost > 0.0;
+        let (body, header_b64) = if priced || why.is_some() {
+            let required = PaymentRequired {
+                x402_version: X402_VERSION,
+                resource: self.resource.clone(),
+                accepts: self
+                    .payable
+                    .iter()
+                    .map(|offer| {
+                        self.quotes.quote(
+                            offer,
+                            skip_cost,
+                            session,
+                            now.saturating_add(QUOTE_SECONDS),
+                        )
+                    })
+                    .collect(),
+                error: why.map(str::to_owned),
+            };
+            let body = serde_json::to_string(&required).unwrap_or_default();
+            let header = STANDARD.encode(body.as_bytes());
+            (body, header)
+        } else {
+            self.payment_required.clone()
+        };
+        let mut response = json(StatusCode::PAYMENT_REQUIRED, body);
+        if let Ok(value) = HeaderValue::try_from(header_b64) {
             response.headers_mut().insert(PAYMENT_REQUIRED, value);
         }
         response
     }
 
-    /// `POST /solana/prepare {network, from}`: an unsigned transfer for the page's wallet.
-    async fn solana_prepare(&self, body: &[u8]) -> Response<Body> {
+    /// `POST /solana/prepare {network, from, accepted?}`: an unsigned transfer for the page's
+    /// wallet, of the offer's amount, or of `accepted`'s when that is this session's quote.
+    async fn solana_prepare(&self, body: &[u8], session: &Session, now: u64) -> Response<Body> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Prepare {
             network: String,
             from: String,
+            #[serde(default)]
+            accepted: Option<PaymentRequirements>,
         }
         let Ok(prepare) = serde_json::from_slice::<Prepare>(body) else {
             return error(StatusCode::BAD_REQUEST, "invalid_request");
@@ -621,7 +685,18 @@ impl FastLane {
         if !offered || prepare.from.is_empty() || prepare.from.len() > 64 {
             return error(StatusCode::BAD_REQUEST, "invalid_request");
         }
-        let request = serde_json::json!({ "network": prepare.network, "from": prepare.from });
+        let mut request = serde_json::json!({ "network": prepare.network, "from": prepare.from });
+        if let Some(accepted) = &prepare.accepted {
+            match self.terms_offered(accepted, &session.id_hex()) {
+                Ok(quote_expires) if accepted.network == prepare.network => {
+                    if quote_expires.is_some_and(|expires| expires < now) {
+                        return error(StatusCode::BAD_REQUEST, QUOTE_EXPIRED);
+                    }
+                    request["amount"] = serde_json::Value::String(accepted.amount.clone());
+                }
+                _ => return error(StatusCode::BAD_REQUEST, "payment_terms_mismatch"),
+            }
+        }
         match tokio::time::timeout(PREPARE_TIMEOUT, self.facilitator.solana_prepare(&request)).await
         {
             Ok(Ok(prepared)) => json(StatusCode::OK, prepared.to_string()),
