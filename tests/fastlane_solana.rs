@@ -11,7 +11,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use concert::fastlane::chains::solana::rpc::{JsonRpcClient, MAX_ANSWER_BYTES, RpcError};
+use concert::fastlane::chains::rpc::{JsonRpcClient, MAX_ANSWER_BYTES, RpcError};
 use concert::fastlane::chains::solana::transfer::{parse_key, unsigned_transfer};
 use concert::fastlane::chains::solana::wire::Transaction;
 use concert::fastlane::chains::solana::{

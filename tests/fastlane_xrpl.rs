@@ -460,18 +460,18 @@ async fn a_server_without_network_id_or_on_another_network_gives_no_verdict() {
 async fn chain_http_refuses_redirects_and_oversized_answers() {
     let recorded = Recorded::new(LedgerState::from_case(&case("valid secp256k1")));
     let (url, _server) = start_server(recorded.clone(), Mode::Redirect).await;
-    let client = JsonRpcClient::new("xrpl:1", &url).expect("client");
-    let err = client.call("server_info", json!([{}])).await;
+    let ledger = RpcLedger::new("xrpl:1", JsonRpcClient::new(&url).expect("client"));
+    let err = ledger.server_state().await;
     assert!(
         matches!(&err, Err(ChainError::Unavailable { message, .. }) if message.contains("307")),
         "{err:?}"
     );
 
     let (url, _server) = start_server(recorded, Mode::Huge).await;
-    let client = JsonRpcClient::new("xrpl:1", &url).expect("client");
-    let err = client.call("server_info", json!([{}])).await;
+    let ledger = RpcLedger::new("xrpl:1", JsonRpcClient::new(&url).expect("client"));
+    let err = ledger.server_state().await;
     assert!(
-        matches!(&err, Err(ChainError::Unavailable { message, .. }) if message.contains("4 MiB")),
+        matches!(&err, Err(ChainError::Unavailable { message, .. }) if message.contains("larger than")),
         "{err:?}"
     );
 }
@@ -481,7 +481,7 @@ async fn rpc_ledger_reads_the_recorded_state() {
     let case = case("regular key authorized");
     let recorded = Recorded::new(LedgerState::from_case(&case));
     let (url, _server) = start_server(recorded, Mode::Rippled).await;
-    let ledger = RpcLedger::new(JsonRpcClient::new("xrpl:1", &url).expect("client"));
+    let ledger = RpcLedger::new("xrpl:1", JsonRpcClient::new(&url).expect("client"));
     assert_eq!(
         ledger.server_state().await.expect("server_info"),
         ServerState {

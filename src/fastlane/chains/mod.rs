@@ -1,5 +1,6 @@
 //! One module per payment network. Each exposes a [`crate::fastlane::mechanism::Mechanism`]
 //! built from its `networks.json` entry; the gateway never knows which chain it talks to.
+//! `rpc` is the JSON-RPC client they all reach their endpoints with.
 
 pub mod rpc;
 pub mod solana;

@@ -1,11 +1,21 @@
-//! A small JSON-RPC client for chain endpoints, with the limits every chain call keeps: no
-//! redirects (hyper's client never follows one; an endpoint that moves is misconfigured, and its
-//! 3xx is an error), a 30 s deadline per call from connect to the last byte, and answers read
-//! frame by frame and refused past 4 MiB. TLS is rustls with the ring provider and the bundled
-//! web roots, the stack the proxy already links, so the binary needs no system certificate
-//! store and no second HTTP stack.
+//! The one JSON-RPC client every chain uses, with the limits every chain call shares: no
+//! redirects are followed (hyper's client never follows them; an endpoint that moves is
+//! misconfigured, and its 3xx is an error), each call is bounded to 30 s from connect to the
+//! last body byte, and an answer is read frame by frame and abandoned once it passes 4 MiB.
+//!
+//! Numbers stay exact: `result` is deserialised straight into the caller's typed structure, so
+//! an integer is read into its `u64` field digit for digit, and one that does not fit is an
+//! error, never a rounded float.
+//!
+//! An answer naming another request's id is refused; one without an id is taken, because
+//! rippled's HTTP interface answers without one.
+//!
+//! The stack is hyper's pooled client over rustls with the ring provider and the bundled web
+//! roots, the one the proxy and the address-details client already use; no second HTTP or
+//! crypto stack is linked for it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,182 +28,250 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::fastlane::mechanism::ChainError;
-
-/// Deadline of one call, connection included.
+/// Whole-call limit: connect, request, answer and body.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest answer read.
-pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 const USER_AGENT_VALUE: &str = concat!("concert/", env!("CARGO_PKG_VERSION"));
 
-/// One endpoint of one network. Cheap to clone; connections are pooled.
+/// Why a call gave no result.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("endpoint {0:?} is not an http(s) URL")]
+    Endpoint(String),
+    #[error("TLS setup: {0}")]
+    Tls(String),
+    #[error("no complete answer in time")]
+    Timeout,
+    #[error("transport: {0}")]
+    Transport(String),
+    #[error("HTTP status {0}")]
+    Status(u16),
+    #[error("answer larger than {} bytes", MAX_ANSWER_BYTES)]
+    TooLarge,
+    #[error("malformed answer: {0}")]
+    Malformed(String),
+    /// The endpoint answered with a JSON-RPC error object.
+    #[error("error {code}: {message}")]
+    Remote { code: i64, message: String },
+}
+
+/// A client for one JSON-RPC endpoint. Cheap to share; connections are pooled.
 #[derive(Clone)]
 pub struct JsonRpcClient {
+    endpoint: Uri,
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
-    url: Uri,
-    network: String,
+    next_id: Arc<AtomicU64>,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for JsonRpcClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JsonRpcClient")
-            .field("url", &self.url)
-            .field("network", &self.network)
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("JsonRpcClient")
+            .field("endpoint", &self.endpoint)
             .finish_non_exhaustive()
     }
 }
 
-#[derive(Deserialize)]
-struct Envelope<T> {
-    #[serde(default = "Option::default")]
-    result: Option<T>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
 impl JsonRpcClient {
-    /// A client for `url` (http or https; whether plain http is allowed is the configuration's
-    /// decision, made before this); `network` only labels errors.
-    pub fn new(network: &str, url: &str) -> Result<JsonRpcClient, ChainError> {
-        let uri: Uri = url
+    /// A client for `endpoint` (http or https; whether plain http is allowed is the
+    /// configuration's decision, made before this).
+    pub fn new(endpoint: &str) -> Result<JsonRpcClient, RpcError> {
+        let uri: Uri = endpoint
             .parse()
-            .map_err(|e| unavailable(network, format!("bad endpoint URL: {e}")))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-            return Err(unavailable(
-                network,
-                format!("endpoint {url:?} is not an http(s) URL"),
-            ));
+            .map_err(|_| RpcError::Endpoint(endpoint.to_owned()))?;
+        let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+        if !scheme_ok || uri.host().is_none() {
+            return Err(RpcError::Endpoint(endpoint.to_owned()));
         }
-        let http =
-            build_http_client().map_err(|e| unavailable(network, format!("HTTP client: {e}")))?;
+        let mut tcp = HttpConnector::new();
+        // The TLS layer decides which schemes are allowed.
+        tcp.enforce_http(false);
+        tcp.set_connect_timeout(Some(CALL_TIMEOUT));
+        tcp.set_nodelay(true);
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|error| RpcError::Tls(error.to_string()))?
+        .with_webpki_roots()
+        .with_no_client_auth();
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(tcp);
+        let http = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(connector);
         Ok(JsonRpcClient {
+            endpoint: uri,
             http,
-            url: uri,
-            network: network.to_string(),
+            next_id: Arc::new(AtomicU64::new(1)),
+            timeout: CALL_TIMEOUT,
         })
     }
 
-    pub fn network(&self) -> &str {
-        &self.network
+    /// Replaces the whole-call limit (tests shorten it).
+    pub fn with_timeout(mut self, timeout: Duration) -> JsonRpcClient {
+        self.timeout = timeout;
+        self
     }
 
-    /// Calls `method` and returns its `result` as a JSON value. Integers beyond 64 bits lose
-    /// precision in a `Value`; callers that read such numbers use [`JsonRpcClient::call_as`].
-    pub async fn call(&self, method: &str, params: Value) -> Result<Value, ChainError> {
-        self.call_as(method, params).await
+    pub fn endpoint(&self) -> &Uri {
+        &self.endpoint
     }
 
-    /// Calls `method` and deserializes its `result` straight into `T`, so numbers are read
-    /// into their exact types (an integer that does not fit is an error, never rounded).
-    pub async fn call_as<T: DeserializeOwned>(
+    /// Calls `method` with `params` and reads `result` as `T`. A `null` or missing result
+    /// reads as `T` from `null` (so `Option<_>` results work).
+    pub async fn call<T: DeserializeOwned>(
         &self,
         method: &str,
         params: Value,
-    ) -> Result<T, ChainError> {
-        tokio::time::timeout(CALL_TIMEOUT, self.call_unbounded(method, params))
+    ) -> Result<T, RpcError> {
+        tokio::time::timeout(self.timeout, self.call_unbounded(method, params))
             .await
-            .map_err(|_| self.fail(format!("{method}: no complete answer in time")))?
+            .map_err(|_| RpcError::Timeout)?
     }
 
     async fn call_unbounded<T: DeserializeOwned>(
         &self,
         method: &str,
         params: Value,
-    ) -> Result<T, ChainError> {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let request = Request::post(self.url.clone())
+    ) -> Result<T, RpcError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": method,
+            "params": params,
+        });
+        let body =
+            serde_json::to_vec(&body).map_err(|error| RpcError::Malformed(error.to_string()))?;
+        let request = Request::post(self.endpoint.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "application/json")
             .header(USER_AGENT, USER_AGENT_VALUE)
-            .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| self.fail(format!("{method}: {e}")))?;
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|error| RpcError::Transport(error.to_string()))?;
         let response = self
             .http
             .request(request)
             .await
-            .map_err(|e| self.fail(format!("{method}: {}", describe(&e))))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(self.fail(format!("{method}: HTTP {status}")));
+            .map_err(|error| RpcError::Transport(error.to_string()))?;
+        if !response.status().is_success() {
+            return Err(RpcError::Status(response.status().as_u16()));
         }
         let declared = response
             .headers()
             .get(CONTENT_LENGTH)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<u64>().ok());
-        if declared.is_some_and(|len| len > MAX_RESPONSE_BYTES as u64) {
-            return Err(self.fail(format!("{method}: answer larger than 4 MiB")));
+        if declared.is_some_and(|len| len > MAX_ANSWER_BYTES as u64) {
+            return Err(RpcError::TooLarge);
         }
-        let mut body = response.into_body();
-        let mut bytes = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| self.fail(format!("{method}: {}", describe(&e))))?;
-            if let Ok(data) = frame.into_data() {
-                if bytes.len() + data.len() > MAX_RESPONSE_BYTES {
-                    return Err(self.fail(format!("{method}: answer larger than 4 MiB")));
-                }
-                bytes.extend_from_slice(&data);
+        let answer = read_bounded(response.into_body()).await?;
+        parse_answer(&answer, id)
+    }
+}
+
+/// Reads a body frame by frame, giving up as soon as it grows past the limit.
+async fn read_bounded(mut body: hyper::body::Incoming) -> Result<Vec<u8>, RpcError> {
+    let mut answer = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| RpcError::Transport(error.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if answer.len() + data.len() > MAX_ANSWER_BYTES {
+                return Err(RpcError::TooLarge);
             }
+            answer.extend_from_slice(&data);
         }
-        let envelope: Envelope<T> = serde_json::from_slice(&bytes)
-            .map_err(|e| self.fail(format!("{method}: unreadable answer: {e}")))?;
-        if let Some(error) = envelope.error {
-            return Err(self.fail(format!("{method}: {error}")));
-        }
-        envelope
-            .result
-            .ok_or_else(|| self.fail(format!("{method}: answer has no result")))
     }
+    Ok(answer)
+}
 
-    fn fail(&self, message: String) -> ChainError {
-        unavailable(&self.network, message)
+#[derive(Deserialize)]
+struct Answer<T> {
+    #[serde(default)]
+    id: Value,
+    #[serde(default = "Option::default")]
+    result: Option<T>,
+    #[serde(default)]
+    error: Option<RemoteError>,
+}
+
+#[derive(Deserialize)]
+struct RemoteError {
+    code: i64,
+    #[serde(default)]
+    message: String,
+}
+
+/// The `result` of an answer to request `id`, or the error it reports.
+fn parse_answer<T: DeserializeOwned>(answer: &[u8], id: u64) -> Result<T, RpcError> {
+    let answer: Answer<T> =
+        serde_json::from_slice(answer).map_err(|error| RpcError::Malformed(error.to_string()))?;
+    if let Some(error) = answer.error {
+        return Err(RpcError::Remote {
+            code: error.code,
+            message: error.message,
+        });
+    }
+    if !answer.id.is_null() && answer.id.as_u64() != Some(id) {
+        return Err(RpcError::Malformed(format!(
+            "answer to request {} for request {id}",
+            answer.id
+        )));
+    }
+    match answer.result {
+        Some(result) => Ok(result),
+        None => serde_json::from_value(Value::Null)
+            .map_err(|_| RpcError::Malformed("no result".to_owned())),
     }
 }
 
-fn unavailable(network: &str, message: String) -> ChainError {
-    ChainError::Unavailable {
-        network: network.to_string(),
-        message,
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// An error's text plus its cause chain, which carries the useful part.
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+    #[test]
+    fn large_integers_are_read_exactly_or_refused() {
+        let exact: u64 = parse_answer(
+            br#"{"jsonrpc":"2.0","id":7,"result":18446744073709551615}"#,
+            7,
+        )
+        .expect("u64::MAX fits");
+        assert_eq!(exact, u64::MAX);
+        let too_big = parse_answer::<u64>(br#"{"id":7,"result":18446744073709551616}"#, 7);
+        assert!(matches!(too_big, Err(RpcError::Malformed(_))));
     }
-    text
-}
 
-fn build_http_client() -> Result<Client<HttpsConnector<HttpConnector>, Full<Bytes>>, String> {
-    let mut tcp = HttpConnector::new();
-    // The TLS layer decides which schemes are allowed.
-    tcp.enforce_http(false);
-    tcp.set_connect_timeout(Some(CALL_TIMEOUT));
-    tcp.set_nodelay(true);
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_webpki_roots()
-    .with_no_client_auth();
-    let connector = HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(tcp);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .build(connector))
+    #[test]
+    fn errors_and_foreign_ids_are_not_results() {
+        let remote = parse_answer::<u64>(br#"{"id":1,"error":{"code":-32602,"message":"bad"}}"#, 1);
+        assert!(matches!(remote, Err(RpcError::Remote { code: -32602, .. })));
+        let foreign = parse_answer::<u64>(br#"{"id":2,"result":1}"#, 1);
+        assert!(matches!(foreign, Err(RpcError::Malformed(_))));
+        let foreign = parse_answer::<u64>(br#"{"id":"1","result":1}"#, 1);
+        assert!(matches!(foreign, Err(RpcError::Malformed(_))));
+        // rippled answers without an id.
+        let unnumbered: u64 = parse_answer(br#"{"result":5}"#, 4).expect("taken");
+        assert_eq!(unnumbered, 5);
+        let null: Option<u64> = parse_answer(br#"{"id":3,"result":null}"#, 3).expect("null");
+        assert_eq!(null, None);
+    }
+
+    #[test]
+    fn endpoints_must_be_http_urls() {
+        assert!(JsonRpcClient::new("ftp://example.com").is_err());
+        assert!(JsonRpcClient::new("not a url").is_err());
+        assert!(JsonRpcClient::new("https://api.devnet.solana.com").is_ok());
+    }
 }

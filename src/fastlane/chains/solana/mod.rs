@@ -4,7 +4,6 @@
 //! - `wire`: the strict legacy-transaction codec;
 //! - `transfer`: the local checks of a payment and the unsigned transfer `/solana/prepare`
 //!   hands out;
-//! - `rpc`: the JSON-RPC client (limits shared by every chain call);
 //! - `nft`: message signatures and metadata addresses for NFT admission;
 //! - this module: [`SolanaNativeSol`], the [`Mechanism`] that adds the chain's view.
 //!
@@ -13,7 +12,6 @@
 //! endpoint of another cluster can never confirm or receive a payment.
 
 pub mod nft;
-pub mod rpc;
 pub mod transfer;
 pub mod wire;
 
@@ -26,9 +24,9 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use self::rpc::{JsonRpcClient, RpcError};
 use self::transfer::{NativeTransfer, TransferTerms, inspect_payload, parse_key};
 use self::wire::SIGNATURE_LEN;
+use super::rpc::{JsonRpcClient, RpcError};
 use crate::fastlane::mechanism::{BoxFuture, ChainError, Mechanism};
 use crate::fastlane::settings::NetworkSettings;
 use crate::fastlane::x402::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};

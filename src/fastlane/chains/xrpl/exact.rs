@@ -97,8 +97,13 @@ fn extra_field<'a>(terms: &'a PaymentRequirements, key: &str) -> Option<&'a Valu
 impl XrplExact {
     /// The mechanism for `network` (`xrpl:N`) reached through `settings.rpc`.
     pub fn new(network: &str, settings: &NetworkSettings) -> Result<XrplExact, ChainError> {
-        let client = JsonRpcClient::new(network, &settings.rpc)?;
-        XrplExact::with_ledger(network, settings.max_fee, Arc::new(RpcLedger::new(client)))
+        let client =
+            JsonRpcClient::new(&settings.rpc).map_err(|error| ChainError::Unavailable {
+                network: network.to_owned(),
+                message: error.to_string(),
+            })?;
+        let ledger = RpcLedger::new(network, client);
+        XrplExact::with_ledger(network, settings.max_fee, Arc::new(ledger))
     }
 
     /// The mechanism over any ledger; `max_fee` 0 means the cap.

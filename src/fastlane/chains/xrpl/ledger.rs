@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::fastlane::chains::rpc::JsonRpcClient;
+use crate::fastlane::chains::rpc::{JsonRpcClient, RpcError};
 use crate::fastlane::mechanism::{BoxFuture, ChainError};
 
 /// `server_info` as far as it matters here.
@@ -63,16 +63,36 @@ pub trait Ledger: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct RpcLedger {
     client: JsonRpcClient,
+    /// Labels errors.
+    network: String,
 }
 
 impl RpcLedger {
-    pub fn new(client: JsonRpcClient) -> RpcLedger {
-        RpcLedger { client }
+    pub fn new(network: &str, client: JsonRpcClient) -> RpcLedger {
+        RpcLedger {
+            client,
+            network: network.to_owned(),
+        }
+    }
+
+    /// Calls `method`; a call that gives no result is the network being unavailable.
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<T, ChainError> {
+        self.client
+            .call(method, params)
+            .await
+            .map_err(|error: RpcError| ChainError::Unavailable {
+                network: self.network.clone(),
+                message: format!("{method}: {error}"),
+            })
     }
 
     fn refused(&self, method: &str, error: &str, message: Option<&str>) -> ChainError {
         ChainError::Unavailable {
-            network: self.client.network().to_string(),
+            network: self.network.clone(),
             message: format!(
                 "{method}: {error}{}",
                 message.map(|m| format!(" ({m})")).unwrap_or_default()
@@ -167,7 +187,7 @@ struct TxMeta {
 impl Ledger for RpcLedger {
     fn server_state(&self) -> BoxFuture<'_, Result<ServerState, ChainError>> {
         Box::pin(async move {
-            let answer: ServerInfoResult = self.client.call_as("server_info", json!([{}])).await?;
+            let answer: ServerInfoResult = self.call("server_info", json!([{}])).await?;
             if let Some(error) = &answer.failure.error {
                 return Err(self.refused(
                     "server_info",
@@ -194,7 +214,7 @@ impl Ledger for RpcLedger {
     ) -> BoxFuture<'a, Result<Option<AccountState>, ChainError>> {
         Box::pin(async move {
             let params = json!([{"account": address, "ledger_index": "validated", "strict": true}]);
-            let answer: AccountInfoResult = self.client.call_as("account_info", params).await?;
+            let answer: AccountInfoResult = self.call("account_info", params).await?;
             match answer.failure.error.as_deref() {
                 Some("actNotFound") => return Ok(None),
                 Some(error) => {
@@ -234,7 +254,7 @@ impl Ledger for RpcLedger {
                 "ticket": {"account": address, "ticket_seq": ticket},
                 "ledger_index": "validated",
             }]);
-            let answer: LedgerEntryResult = self.client.call_as("ledger_entry", params).await?;
+            let answer: LedgerEntryResult = self.call("ledger_entry", params).await?;
             match answer.failure.error.as_deref() {
                 Some("entryNotFound") => Ok(false),
                 Some(error) => Err(self.refused(
@@ -252,8 +272,7 @@ impl Ledger for RpcLedger {
     fn simulate<'a>(&'a self, unsigned_blob: &'a str) -> BoxFuture<'a, Result<String, ChainError>> {
         Box::pin(async move {
             let answer: EngineResult = self
-                .client
-                .call_as("simulate", json!([{"tx_blob": unsigned_blob}]))
+                .call("simulate", json!([{"tx_blob": unsigned_blob}]))
                 .await?;
             if let Some(error) = &answer.failure.error {
                 return Err(self.refused(
@@ -271,7 +290,7 @@ impl Ledger for RpcLedger {
     fn submit<'a>(&'a self, signed_blob: &'a str) -> BoxFuture<'a, Result<String, ChainError>> {
         Box::pin(async move {
             let params = json!([{"tx_blob": signed_blob, "fail_hard": true}]);
-            let answer: EngineResult = self.client.call_as("submit", params).await?;
+            let answer: EngineResult = self.call("submit", params).await?;
             if let Some(error) = &answer.failure.error {
                 return Err(self.refused("submit", error, answer.failure.error_message.as_deref()));
             }
@@ -287,8 +306,7 @@ impl Ledger for RpcLedger {
     ) -> BoxFuture<'a, Result<Option<TransactionStatus>, ChainError>> {
         Box::pin(async move {
             let answer: TxResult = self
-                .client
-                .call_as("tx", json!([{"transaction": hash, "binary": false}]))
+                .call("tx", json!([{"transaction": hash, "binary": false}]))
                 .await?;
             match answer.failure.error.as_deref() {
                 Some("txnNotFound") => return Ok(None),
