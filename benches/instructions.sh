@@ -11,6 +11,10 @@
 #   SMALL=1000 LARGE=5000 bash benches/instructions.sh
 #   OTHERS=0 bash benches/instructions.sh                 # Concert only, without nginx and HAProxy
 #   HISTORY_LOG=1 OTHERS=0 bash benches/instructions.sh   # with the request history written to a file
+#   FASTLANE=1 OTHERS=0 bash benches/instructions.sh      # a data dir without and with a fast lane
+#                                                         # configured (test mode, the example
+#                                                         # offers) that no request uses: what an
+#                                                         # idle lane costs the page path
 #
 # Modes: `cookieless` (every request gets a new admission pass, as with wrk) and `with pass`
 # (each connection returns the cookies it was given, as a browser does). Counts include only
@@ -31,6 +35,7 @@ NGINX_PORT=${NGINX_PORT:-18181}
 HAPROXY_PORT=${HAPROXY_PORT:-18182}
 OTHERS=${OTHERS:-1}
 HISTORY_LOG=${HISTORY_LOG:-0}
+FASTLANE=${FASTLANE:-0}
 
 install_missing valgrind:valgrind nginx:nginx-light
 [ "$OTHERS" = 0 ] || install_missing haproxy:haproxy
@@ -87,6 +92,23 @@ echo "instructions per proxied page ($SMALL and $LARGE requests, one worker; $CO
 mapfile -t concert_args < <(concert_bench_args "$CONCERT_PORT" "$ORIGIN_PORT" 1)
 if [ "$HISTORY_LOG" = 1 ]; then
   concert_args+=(-history-log "$work/history.jsonl")
+fi
+if [ "$FASTLANE" = 1 ]; then
+  # Both runs keep their state in a data dir, so the only difference is the lane's two files.
+  export CONCERT_ADMIT_SECRET=instructions-bench-secret-0123456789abcdef
+  mkdir -p "$work/plain" "$work/lane"
+  "$CONCERT" example fastlane 2>/dev/null |
+    sed "s#\"origin\": \"[^\"]*\"#\"origin\": \"http://127.0.0.1:$CONCERT_PORT\"#" >"$work/lane/fastlane.json"
+  "$CONCERT" example networks 2>/dev/null >"$work/lane/networks.json"
+  for mode in cookieless "with pass"; do
+    exchange_flags=()
+    [ "$mode" = "with pass" ] && exchange_flags=(--keep-cookies)
+    for dir in plain lane; do
+      printf '%-28s %8d\n' "concert, $mode, $dir" \
+        "$(per_request "$CONCERT_PORT" "$CONCERT" "${concert_args[@]}" -data-dir "$work/$dir")"
+    done
+  done
+  exit 0
 fi
 for mode in cookieless "with pass"; do
   exchange_flags=()

@@ -14,7 +14,7 @@ use super::origin::forward;
 use super::pass_check::{charge_forged_pass, pass_cookie, with_cookie};
 use super::request::RequestInfo;
 use super::upload;
-use crate::admission::cookies::{ADMIT, PRIORITY, ROOM_PASS, TICKET, read_cookies};
+use crate::admission::cookies::{ADMIT, FASTLANE, PRIORITY, ROOM_PASS, TICKET, read_cookies};
 use crate::admission::pass::{PassId, PassStatus, unix_now};
 use crate::admission::priority::{GrantAction, LaneDecision, LaneRequest, Rank};
 use crate::app::{App, Generation};
@@ -50,7 +50,11 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
         priority_cookie,
         ticket_cookie,
         room_pass_cookie,
-    ] = read_cookies(req.headers(), [ADMIT, PRIORITY, TICKET, ROOM_PASS]);
+        fast_lane_cookie,
+    ] = read_cookies(
+        req.headers(),
+        [ADMIT, PRIORITY, TICKET, ROOM_PASS, FASTLANE],
+    );
     if let Some(ticket) = ticket_cookie
         && app.room.was_removed(ticket)
     {
@@ -61,9 +65,10 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
         .priority
         .request_rank(&app.pass, priority_cookie, pass.valid(), now);
     // A running fast-lane pass ranks the request at least customer.
-    let fast_lane = app
-        .fast_lane()
-        .is_some_and(|lane| lane.eligible(req.headers(), now).is_some());
+    let fast_lane = app.fast_lane().is_some_and(|lane| {
+        lane.eligible_with_cookie(req.headers(), fast_lane_cookie, now)
+            .is_some()
+    });
     if fast_lane && rank < Rank::Customer {
         rank = Rank::Customer;
     }

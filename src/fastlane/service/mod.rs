@@ -29,7 +29,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use futures_util::future::Shared;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use parking_lot::Mutex;
 
 pub use self::routes::{
@@ -53,6 +53,8 @@ use crate::admission::cookies::{FASTLANE, read_cookie};
 
 /// The request header carrying a session token (for clients without cookies).
 pub const SESSION_HEADER: &str = "concert-session";
+/// The same, as a name a header map looks up without parsing it first.
+const SESSION_HEADER_NAME: HeaderName = HeaderName::from_static(SESSION_HEADER);
 /// The request header carrying the CSRF value of the session.
 pub const CSRF_HEADER: &str = "x-concert-csrf";
 /// The session cookie.
@@ -329,10 +331,27 @@ impl FastLane {
     /// carries a valid session, and that session holds a running pass or an open entry
     /// window. The first eligible use of a pass opens its entry window.
     pub fn eligible(&self, headers: &HeaderMap, now_unix: u64) -> Option<Grant> {
+        self.eligible_with_cookie(headers, read_cookie(headers, FASTLANE), now_unix)
+    }
+
+    /// [`FastLane::eligible`] for a caller that has read the session cookie already (the
+    /// request path reads all its cookies in one pass).
+    pub fn eligible_with_cookie(
+        &self,
+        headers: &HeaderMap,
+        session_cookie: Option<&str>,
+        now_unix: u64,
+    ) -> Option<Grant> {
+        // Most requests carry no session at all: settle that before anything else.
+        let token = match headers.get(&SESSION_HEADER_NAME) {
+            Some(value) => value.to_str().ok(),
+            None => session_cookie,
+        }
+        .filter(|token| !token.is_empty())?;
         if !self.journal.is_healthy() || !self.settings.enabled {
             return None;
         }
-        let session = self.session_of(headers, now_unix)?;
+        let session = self.keys.verify(token, now_unix)?;
         let (fingerprint, pass_end) = self.journal.best_settled(&session.id)?;
         if pass_end > now_unix {
             let window_end = self
