@@ -161,6 +161,40 @@ impl JsonRpcClient {
             .header(USER_AGENT, USER_AGENT_VALUE)
             .body(Full::new(Bytes::from(body)))
             .map_err(|error| RpcError::Transport(error.to_string()))?;
+        let answer = self.exchange(request).await?;
+        parse_answer(&answer, id)
+    }
+
+    /// GETs `path_and_query` (beginning with `/`) below the endpoint's path and reads the JSON
+    /// answer as `T`, with the same limits as [`JsonRpcClient::call`]: for REST companions of
+    /// an RPC endpoint, such as Stellar's Horizon.
+    pub async fn get_json<T: DeserializeOwned>(&self, path_and_query: &str) -> Result<T, RpcError> {
+        let base = self.endpoint.path().trim_end_matches('/');
+        let target = format!("{base}{path_and_query}");
+        let mut parts = self.endpoint.clone().into_parts();
+        parts.path_and_query = Some(
+            target
+                .parse()
+                .map_err(|_| RpcError::Endpoint(format!("{}{path_and_query}", self.endpoint)))?,
+        );
+        let uri = Uri::from_parts(parts).map_err(|error| RpcError::Endpoint(error.to_string()))?;
+        let request = Request::get(uri)
+            .header(ACCEPT, "application/json")
+            .header(USER_AGENT, USER_AGENT_VALUE)
+            .body(Full::new(Bytes::new()))
+            .map_err(|error| RpcError::Transport(error.to_string()))?;
+        let exchange = async {
+            let answer = self.exchange(request).await?;
+            serde_json::from_slice(&answer).map_err(|error| RpcError::Malformed(error.to_string()))
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| RpcError::Timeout)?
+    }
+
+    /// Sends `request` and reads the whole answer body, refusing a non-2xx status (a redirect
+    /// included) and anything past the size limit.
+    async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<Vec<u8>, RpcError> {
         let response = self
             .http
             .request(request)
@@ -177,8 +211,7 @@ impl JsonRpcClient {
         if declared.is_some_and(|len| len > MAX_ANSWER_BYTES as u64) {
             return Err(RpcError::TooLarge);
         }
-        let answer = read_bounded(response.into_body()).await?;
-        parse_answer(&answer, id)
+        read_bounded(response.into_body()).await
     }
 }
 
