@@ -4,6 +4,7 @@
 
 pub mod rpc;
 pub mod solana;
+pub mod stellar;
 pub mod xrpl;
 
 use std::sync::Arc;
@@ -15,17 +16,37 @@ use super::facilitator::GatewayError;
 use super::gateway::{MechanismRequest, SolanaPreparer};
 use super::mechanism::{BoxFuture, Mechanism};
 use super::x402::PaymentRequirements;
+use crate::config::{EnvSource, ProcessEnv};
 
 /// The chains built into this binary: builds the mechanism of each `(scheme, network)` the
 /// offers use, and keeps the Solana ones to prepare transfers for browser wallets.
-#[derive(Default)]
 pub struct BuiltIn {
     solana: Mutex<Vec<(Arc<solana::SolanaNativeSol>, PaymentRequirements)>>,
+    /// Where sponsoring networks read their fee secrets (the process environment, or a map in
+    /// tests).
+    secrets: Box<dyn EnvSource + Send + Sync>,
+}
+
+impl Default for BuiltIn {
+    fn default() -> BuiltIn {
+        BuiltIn {
+            solana: Mutex::default(),
+            secrets: Box::new(ProcessEnv),
+        }
+    }
 }
 
 impl BuiltIn {
     pub fn new() -> Arc<BuiltIn> {
         Arc::new(BuiltIn::default())
+    }
+
+    /// Chains that read fee secrets from `secrets` instead of the process environment.
+    pub fn with_secrets(secrets: impl EnvSource + Send + Sync + 'static) -> Arc<BuiltIn> {
+        Arc::new(BuiltIn {
+            solana: Mutex::default(),
+            secrets: Box::new(secrets),
+        })
     }
 
     /// The factory [`super::gateway::build_mechanisms`] and `concert reconcile` call.
@@ -50,8 +71,22 @@ impl BuiltIn {
                 }
                 Ok(mechanism)
             }
-            ("stellar" | "hedera", _) => Err(format!(
-                "{}: payments on {family} are not in this version (XRPL and Solana are)",
+            ("stellar", stellar::SCHEME) => {
+                let variable = stellar::secret_env(request.network_settings);
+                let secret = self.secrets.var(variable).unwrap_or_default();
+                if secret.trim().is_empty() {
+                    return Err(format!(
+                        "{}: ${variable} must hold the fee sponsor's secret seed (S…)",
+                        request.network
+                    ));
+                }
+                let mechanism =
+                    stellar::StellarExact::new(request.network, request.network_settings, &secret)
+                        .map_err(named)?;
+                Ok(Arc::new(mechanism))
+            }
+            ("hedera", _) => Err(format!(
+                "{}: payments on {family} are not in this version (XRPL, Stellar and Solana are)",
                 request.network
             )),
             _ => Err(format!(
