@@ -1,6 +1,8 @@
 //! The starting files printed by `concert example fastlane|networks`. JSON has no comments and
 //! both files refuse unknown keys, so the JSON (stdout) is plain and valid, and what each key
 //! means is printed beside it on stderr. The pair validates as is: test mode, testnets only.
+//! The Stellar offer is shown in the notes rather than the JSON, because it needs a sponsor
+//! secret the plain example cannot carry.
 
 /// A test-mode `fastlane.json` selling five-minute passes on the XRPL testnet and Solana devnet.
 pub fn example_fastlane() -> &'static str {
@@ -87,6 +89,22 @@ and the output of 'concert example networks' as networks.json. Unknown keys are 
   collections        up to 32 NFT collections whose holders are let in.
   listings           up to 64 items sold by deposit; each needs an offer on its network
                      without a fixed destinationTag.
+
+A Stellar testnet offer (10 test XLM; its network entry and sponsor secret are described by
+'concert example networks') can be added to offers as:
+
+    {
+      \"label\": \"Skip the line for 5 minutes (10 test XLM)\",
+      \"requirements\": {
+        \"scheme\": \"exact\",
+        \"network\": \"stellar:testnet\",
+        \"amount\": \"100000000\",
+        \"asset\": \"CDLZFC3SYJYDZT7K67VZ75HPJVIEUVNIXF47ZG2FB2RMQQVU2HHGCYSC\",
+        \"payTo\": \"G... your receiving account\",
+        \"maxTimeoutSeconds\": 60,
+        \"extra\": { \"areFeesSponsored\": true }
+      }
+    }
 ";
 
 /// What the keys of `networks.json` mean (printed to stderr beside the example).
@@ -104,4 +122,14 @@ websocket (ws) endpoints are refused. Numbers may be written with or without quo
                      or CONCERT_HEDERA_FEE_SECRET); Stellar and Hedera need one set.
   max_fee            fee cap: XRPL drops (at most 1000), Stellar stroops (at most 50000).
   max_fee_tinybars   Hedera fee cap (at most 100000000).
+
+Stellar offers need an entry like this one, and the fee sponsor's secret seed (S...) in
+CONCERT_STELLAR_FEE_SECRET (or the variable secret_env names): that account submits each
+payment and pays its fee, so fund it with a few XLM only (friendbot on testnet).
+
+  \"stellar:testnet\": {
+    \"rpc\": \"https://soroban-testnet.stellar.org\",
+    \"horizon\": \"https://horizon-testnet.stellar.org\",
+    \"max_fee\": 50000
+  }
 ";
