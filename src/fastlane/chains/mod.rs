@@ -1,7 +1,9 @@
 //! One module per payment network. Each exposes a [`crate::fastlane::mechanism::Mechanism`]
 //! built from its `networks.json` entry; the gateway never knows which chain it talks to.
-//! `rpc` is the JSON-RPC client they all reach their endpoints with.
+//! `rpc` is the JSON-RPC client they reach their endpoints with, `rest` the bounded GET client
+//! of REST endpoints (the Hedera mirror node); both share the same limits.
 
+pub mod rest;
 pub mod rpc;
 pub mod solana;
 pub mod xrpl;
