@@ -3,6 +3,7 @@
 //! `rpc` is the JSON-RPC client they reach their endpoints with, `rest` the bounded GET client
 //! of REST endpoints (the Hedera mirror node); both share the same limits.
 
+pub mod hedera;
 pub mod rest;
 pub mod rpc;
 pub mod solana;
