@@ -18,17 +18,36 @@ use super::facilitator::GatewayError;
 use super::gateway::{MechanismRequest, SolanaPreparer};
 use super::mechanism::{BoxFuture, Mechanism};
 use super::x402::PaymentRequirements;
+use crate::config::{EnvSource, ProcessEnv};
 
 /// The chains built into this binary: builds the mechanism of each `(scheme, network)` the
 /// offers use, and keeps the Solana ones to prepare transfers for browser wallets.
 #[derive(Default)]
 pub struct BuiltIn {
     solana: Mutex<Vec<(Arc<solana::SolanaNativeSol>, PaymentRequirements)>>,
+    /// Where sponsoring networks' fee secrets are read; the process environment when unset.
+    secrets: Option<Arc<dyn EnvSource + Send + Sync>>,
 }
 
 impl BuiltIn {
     pub fn new() -> Arc<BuiltIn> {
         Arc::new(BuiltIn::default())
+    }
+
+    /// Chains that read fee secrets from `secrets` instead of the process environment.
+    pub fn with_secrets(secrets: Arc<dyn EnvSource + Send + Sync>) -> Arc<BuiltIn> {
+        Arc::new(BuiltIn {
+            secrets: Some(secrets),
+            ..BuiltIn::default()
+        })
+    }
+
+    fn secret(&self, name: &str) -> Option<String> {
+        let value = match &self.secrets {
+            Some(secrets) => secrets.var(name),
+            None => ProcessEnv.var(name),
+        };
+        value.filter(|value| !value.trim().is_empty())
     }
 
     /// The factory [`super::gateway::build_mechanisms`] and `concert reconcile` call.
@@ -53,8 +72,28 @@ impl BuiltIn {
                 }
                 Ok(mechanism)
             }
-            ("stellar" | "hedera", _) => Err(format!(
-                "{}: payments on {family} are not in this version (XRPL and Solana are)",
+            ("hedera", hedera::SCHEME) => {
+                let settings = request.network_settings;
+                let env = if settings.secret_env.is_empty() {
+                    hedera::DEFAULT_SECRET_ENV
+                } else {
+                    settings.secret_env.as_str()
+                };
+                let secret = self.secret(env);
+                // Reconciling (no offers) never signs, so it needs no secret.
+                if secret.is_none() && !request.offers.is_empty() {
+                    return Err(format!(
+                        "{}: the sponsor's fee secret ${env} must be set",
+                        request.network
+                    ));
+                }
+                let mechanism =
+                    hedera::HederaExact::new(request.network, settings, secret.as_deref())
+                        .map_err(named)?;
+                Ok(Arc::new(mechanism))
+            }
+            ("stellar", _) => Err(format!(
+                "{}: payments on {family} are not in this version (XRPL, Solana and Hedera are)",
                 request.network
             )),
             _ => Err(format!(
