@@ -310,6 +310,8 @@ impl HederaExact {
                 .map_err(|error| self.unavailable(format!("node {address}: {error}")))?
         };
         self.await_success(&node, &transfer).await?;
+        // Final: the journal holds it from here, and the set stays as small as what is open.
+        self.submitted.lock().remove(&id);
         Ok(SettleResponse {
             success: true,
             error_reason: None,

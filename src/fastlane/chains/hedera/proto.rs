@@ -250,3 +250,31 @@ pub mod code {
     pub const UNKNOWN: i32 = 21;
     pub const SUCCESS: i32 = 22;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_defaults_survive_and_anything_dropped_is_refused() {
+        // AccountID 0.0.123 with shard and realm written out as zeros, as the SDKs do.
+        let account = [0x08, 0x00, 0x10, 0x00, 0x18, 0x7b];
+        let decoded = decode_exact::<AccountId>(&account).expect("exact");
+        assert_eq!(decoded.account_num, Some(123));
+        // The same with an alias (field 4), a non-minimal varint, or the number twice.
+        assert!(decode_exact::<AccountId>(&[0x18, 0x7b, 0x22, 0x01, 0xff]).is_none());
+        assert!(decode_exact::<AccountId>(&[0x18, 0xfb, 0x00]).is_none());
+        assert!(decode_exact::<AccountId>(&[0x18, 0x7b, 0x18, 0x7c]).is_none());
+        // A Transaction with a deprecated `body` (field 1) beside its signed bytes.
+        assert!(decode_exact::<Transaction>(&[0x0a, 0x00, 0x2a, 0x01, 0x00]).is_none());
+        assert!(decode_exact::<Transaction>(&[0x2a, 0x01, 0x00]).is_some());
+        // A TransactionList with a field 2, and a SignedTransaction with field 3.
+        assert!(decode_exact::<TransactionList>(&[0x0a, 0x00, 0x12, 0x00]).is_none());
+        assert!(decode_exact::<SignedTransaction>(&[0x0a, 0x01, 0x00, 0x18, 0x01]).is_none());
+        // Two signatures in one pair (a oneof set twice).
+        let pair = [0x0a, 0x01, 0x01, 0x1a, 0x01, 0x02, 0x32, 0x01, 0x03];
+        assert!(decode_exact::<SignaturePair>(&pair).is_none());
+        // Truncated input.
+        assert!(decode_exact::<AccountId>(&[0x18]).is_none());
+    }
+}
