@@ -654,7 +654,7 @@ async fn the_built_in_chains_build_stellar_exact_with_the_named_secret() {
         "SHOP_XLM_SPONSOR".to_owned(),
         text(&vectors, "sponsorSecret").to_owned(),
     )]);
-    let mechanism = BuiltIn::with_secrets(secrets)
+    let mechanism = BuiltIn::with_secrets(Arc::new(secrets))
         .build(&request)
         .expect("built");
     assert_eq!(mechanism.scheme(), "exact");
@@ -667,15 +667,15 @@ async fn the_built_in_chains_build_stellar_exact_with_the_named_secret() {
         .expect("a verdict");
     assert!(verdict.is_valid);
 
-    let missing = BuiltIn::with_secrets(HashMap::new())
+    let missing = BuiltIn::with_secrets(Arc::new(HashMap::new()))
         .build(&request)
         .err()
         .expect("refused");
     assert!(missing.contains("$SHOP_XLM_SPONSOR"), "{missing}");
-    let wrong = BuiltIn::with_secrets(HashMap::from([(
+    let wrong = BuiltIn::with_secrets(Arc::new(HashMap::from([(
         "SHOP_XLM_SPONSOR".to_owned(),
         "GDWUSKGGFDI4FRXK5EBTRECZSVQSSWJHHJOGH6JWG3AUMFFMQ435DIAG".to_owned(),
-    )]))
+    )])))
     .build(&request)
     .err()
     .expect("refused");

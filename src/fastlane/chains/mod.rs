@@ -1,7 +1,10 @@
 //! One module per payment network. Each exposes a [`crate::fastlane::mechanism::Mechanism`]
 //! built from its `networks.json` entry; the gateway never knows which chain it talks to.
-//! `rpc` is the JSON-RPC client they all reach their endpoints with.
+//! `rpc` is the JSON-RPC client they reach their endpoints with, `rest` the bounded GET client
+//! of REST endpoints (the Hedera mirror node); both share the same limits.
 
+pub mod hedera;
+pub mod rest;
 pub mod rpc;
 pub mod solana;
 pub mod stellar;
@@ -20,20 +23,11 @@ use crate::config::{EnvSource, ProcessEnv};
 
 /// The chains built into this binary: builds the mechanism of each `(scheme, network)` the
 /// offers use, and keeps the Solana ones to prepare transfers for browser wallets.
+#[derive(Default)]
 pub struct BuiltIn {
     solana: Mutex<Vec<(Arc<solana::SolanaNativeSol>, PaymentRequirements)>>,
-    /// Where sponsoring networks read their fee secrets (the process environment, or a map in
-    /// tests).
-    secrets: Box<dyn EnvSource + Send + Sync>,
-}
-
-impl Default for BuiltIn {
-    fn default() -> BuiltIn {
-        BuiltIn {
-            solana: Mutex::default(),
-            secrets: Box::new(ProcessEnv),
-        }
-    }
+    /// Where sponsoring networks' fee secrets are read; the process environment when unset.
+    secrets: Option<Arc<dyn EnvSource + Send + Sync>>,
 }
 
 impl BuiltIn {
@@ -42,11 +36,19 @@ impl BuiltIn {
     }
 
     /// Chains that read fee secrets from `secrets` instead of the process environment.
-    pub fn with_secrets(secrets: impl EnvSource + Send + Sync + 'static) -> Arc<BuiltIn> {
+    pub fn with_secrets(secrets: Arc<dyn EnvSource + Send + Sync>) -> Arc<BuiltIn> {
         Arc::new(BuiltIn {
-            solana: Mutex::default(),
-            secrets: Box::new(secrets),
+            secrets: Some(secrets),
+            ..BuiltIn::default()
         })
+    }
+
+    fn secret(&self, name: &str) -> Option<String> {
+        let value = match &self.secrets {
+            Some(secrets) => secrets.var(name),
+            None => ProcessEnv.var(name),
+        };
+        value.filter(|value| !value.trim().is_empty())
     }
 
     /// The factory [`super::gateway::build_mechanisms`] and `concert reconcile` call.
@@ -73,7 +75,7 @@ impl BuiltIn {
             }
             ("stellar", stellar::SCHEME) => {
                 let variable = stellar::secret_env(request.network_settings);
-                let secret = self.secrets.var(variable).unwrap_or_default();
+                let secret = self.secret(variable).unwrap_or_default();
                 if secret.trim().is_empty() {
                     return Err(format!(
                         "{}: ${variable} must hold the fee sponsor's secret seed (S…)",
@@ -85,10 +87,26 @@ impl BuiltIn {
                         .map_err(named)?;
                 Ok(Arc::new(mechanism))
             }
-            ("hedera", _) => Err(format!(
-                "{}: payments on {family} are not in this version (XRPL, Stellar and Solana are)",
-                request.network
-            )),
+            ("hedera", hedera::SCHEME) => {
+                let settings = request.network_settings;
+                let env = if settings.secret_env.is_empty() {
+                    hedera::DEFAULT_SECRET_ENV
+                } else {
+                    settings.secret_env.as_str()
+                };
+                let secret = self.secret(env);
+                // Reconciling (no offers) never signs, so it needs no secret.
+                if secret.is_none() && !request.offers.is_empty() {
+                    return Err(format!(
+                        "{}: the sponsor's fee secret ${env} must be set",
+                        request.network
+                    ));
+                }
+                let mechanism =
+                    hedera::HederaExact::new(request.network, settings, secret.as_deref())
+                        .map_err(named)?;
+                Ok(Arc::new(mechanism))
+            }
             _ => Err(format!(
                 "{}: no mechanism for scheme {:?} on this network",
                 request.network, request.scheme

@@ -59,11 +59,14 @@ pub enum RpcError {
     Remote { code: i64, message: String },
 }
 
+/// The HTTP client type behind every chain client.
+pub(crate) type PooledClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
 /// A client for one JSON-RPC endpoint. Cheap to share; connections are pooled.
 #[derive(Clone)]
 pub struct JsonRpcClient {
     endpoint: Uri,
-    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http: PooledClient,
     next_id: Arc<AtomicU64>,
     timeout: Duration,
 }
@@ -88,29 +91,7 @@ impl JsonRpcClient {
         if !scheme_ok || uri.host().is_none() {
             return Err(RpcError::Endpoint(endpoint.to_owned()));
         }
-        let mut tcp = HttpConnector::new();
-        // The TLS layer decides which schemes are allowed.
-        tcp.enforce_http(false);
-        tcp.set_connect_timeout(Some(CALL_TIMEOUT));
-        tcp.set_nodelay(true);
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|error| RpcError::Tls(error.to_string()))?
-        .with_webpki_roots()
-        .with_no_client_auth();
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(tcp);
-        let http = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(connector);
+        let http = pooled_client()?;
         Ok(JsonRpcClient {
             endpoint: uri,
             http,
@@ -215,8 +196,38 @@ impl JsonRpcClient {
     }
 }
 
+/// The pooled hyper client every chain endpoint is reached with: rustls over ring with the
+/// bundled web roots, http or https (whether plain http is allowed is decided by the settings
+/// check), HTTP/1.1 or HTTP/2, connect bounded to the call limit.
+pub(crate) fn pooled_client() -> Result<PooledClient, RpcError> {
+    let mut tcp = HttpConnector::new();
+    // The TLS layer decides which schemes are allowed.
+    tcp.enforce_http(false);
+    tcp.set_connect_timeout(Some(CALL_TIMEOUT));
+    tcp.set_nodelay(true);
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|error| RpcError::Tls(error.to_string()))?
+    .with_webpki_roots()
+    .with_no_client_auth();
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(tcp);
+    let http = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector);
+    Ok(http)
+}
+
 /// Reads a body frame by frame, giving up as soon as it grows past the limit.
-async fn read_bounded(mut body: hyper::body::Incoming) -> Result<Vec<u8>, RpcError> {
+pub(crate) async fn read_bounded(mut body: hyper::body::Incoming) -> Result<Vec<u8>, RpcError> {
     let mut answer = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|error| RpcError::Transport(error.to_string()))?;
