@@ -486,30 +486,11 @@ async fn a_save_that_cannot_be_written_puts_the_first_file_back_and_keeps_sellin
     drop(origin);
 }
 
-/// A journal line of a settled sale of listing `listing`.
-fn sale_line(requirements: &Value, fingerprint: &str, listing: &str) -> String {
-    let line = json!({
-        "session": "ab".repeat(32),
-        "fingerprint": fingerprint,
-        "state": "settled",
-        "kind": "nft_sale",
-        "network": "xrpl:1",
-        "payer": "rPayerOfTheSale",
-        "requirements": requirements,
-        "transaction": format!("TX{fingerprint}"),
-        "started": "2026-01-01T00:00:00Z",
-        "settled": "2026-01-01T00:00:05Z",
-        "expires": "2026-01-01T00:05:05Z",
-        "listing": listing,
-    });
-    format!("{line}\n")
-}
-
 #[tokio::test]
 async fn a_sale_is_marked_delivered_in_the_journal() {
     let requirements = lane::vector_case("valid secp256k1")["requirements"].clone();
     let fingerprint = "5a1e".repeat(16);
-    let journal = sale_line(&requirements, &fingerprint, "poster-1");
+    let journal = lane::sale_line(&requirements, &fingerprint, "poster-1");
     let origin = support::origins::fast_origin();
     let shop = start_shop(&origin.url(), None, Some(&journal)).await;
     let operator = Operator::sign_in(&shop).await;

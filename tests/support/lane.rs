@@ -361,3 +361,22 @@ impl Operator {
         .await
     }
 }
+
+/// A journal line of a settled sale of listing `listing`.
+pub fn sale_line(requirements: &Value, fingerprint: &str, listing: &str) -> String {
+    let line = json!({
+        "session": "ab".repeat(32),
+        "fingerprint": fingerprint,
+        "state": "settled",
+        "kind": "nft_sale",
+        "network": "xrpl:1",
+        "payer": "rPayerOfTheSale",
+        "requirements": requirements,
+        "transaction": format!("TX{fingerprint}"),
+        "started": "2026-01-01T00:00:00Z",
+        "settled": "2026-01-01T00:00:05Z",
+        "expires": "2026-01-01T00:05:05Z",
+        "listing": listing,
+    });
+    format!("{line}\n")
+}

@@ -64,6 +64,12 @@
     return text.slice(0, keep) + "…" + text.slice(-keep);
   }
 
+  // Amounts travel in the asset's smallest unit; say which, rather than suggest whole coins.
+  var UNITS = { XRP: "drops", SOL: "lamports" };
+  function amount(value, asset) {
+    return value + " " + (UNITS[asset] || "atomic " + asset);
+  }
+
   function seconds(value) {
     var s = Number(value) || 0;
     if (s < 60) return s + " s";
@@ -133,7 +139,7 @@
       if (offer.deposit_only) label.appendChild(element("span", "badge text-bg-secondary ms-1", "deposits"));
       row.appendChild(label);
       row.appendChild(element("td", "font-monospace", offer.network));
-      row.appendChild(element("td", "font-monospace", offer.amount + " " + offer.asset));
+      row.appendChild(element("td", "font-monospace", amount(offer.amount, offer.asset)));
       var payTo = element("td", "font-monospace cell-clip text-truncate", offer.pay_to);
       payTo.title = offer.pay_to;
       row.appendChild(payTo);
@@ -179,7 +185,7 @@
     var payer = element("td", "font-monospace", short(receipt.payer, 6));
     payer.title = receipt.payer;
     row.appendChild(payer);
-    row.appendChild(element("td", "font-monospace", receipt.amount + " " + receipt.asset));
+    row.appendChild(element("td", "font-monospace", amount(receipt.amount, receipt.asset)));
     row.appendChild(timeCell(receipt.started, "js-ago"));
     row.appendChild(timeCell(receipt.expires, receipt.live ? "js-left" : "js-time"));
     var delivery = element("td", "text-end");
