@@ -330,6 +330,19 @@ fn pay_to_changes(before: &FastlaneSettings, after: &FastlaneSettings) -> Vec<Pa
         .collect()
 }
 
+/// A warning per offer whose receiving address changed, naming the old and new address.
+fn log_pay_to_changes(changes: &[PayToChange]) {
+    for change in changes {
+        tracing::warn!(
+            offer = %change.label,
+            network = %change.network,
+            "fast lane: receiving address changed from {} to {}",
+            change.from,
+            change.to
+        );
+    }
+}
+
 /// The file's bytes, or `None` when there is none.
 fn read_previous(path: &Path) -> Result<Option<Vec<u8>>, String> {
     match std::fs::read(path) {
@@ -447,15 +460,6 @@ async fn swap_files(
         .as_ref()
         .map(|before| pay_to_changes(before, &settings))
         .unwrap_or_default();
-    for change in &changes {
-        tracing::warn!(
-            offer = %change.label,
-            network = %change.network,
-            "fast lane: receiving address changed from {} to {}",
-            change.from,
-            change.to
-        );
-    }
     let old = app.fastlane.take_running();
     if let Some(old) = &old {
         old.close(SWAP_DRAIN).await;
@@ -480,6 +484,8 @@ async fn swap_files(
                 "fast lane reloaded"
             );
             app.fastlane.install(running);
+            // Only once the new terms are what visitors pay: a rolled-back save changed nothing.
+            log_pay_to_changes(&changes);
             Ok(Saved {
                 dry_run: false,
                 running: true,
