@@ -262,8 +262,9 @@ pub struct App {
     /// The stop as long-lived answers see it: event streams end and WebSockets close when the
     /// drain starts, instead of holding the stop for its whole grace period.
     pub drain: proxy::Drain,
-    /// The fast lane, when `fastlane.json` configures one (set once at start-up).
-    pub fastlane: std::sync::OnceLock<Arc<crate::fastlane::service::FastLane>>,
+    /// The fast lane, when `fastlane.json` configures one: built at start-up, swapped whole
+    /// when the portal saves new files.
+    pub fastlane: crate::fastlane::live::LiveLane,
 }
 
 /// A refused live change, with the status the API answers.
@@ -376,7 +377,7 @@ impl App {
             data_dir,
             spool: Arc::new(spool),
             tls: Arc::new(tls),
-            fastlane: std::sync::OnceLock::new(),
+            fastlane: crate::fastlane::live::LiveLane::default(),
         }))
     }
 
@@ -406,9 +407,12 @@ impl App {
             .clone()
     }
 
-    /// The fast lane when one is configured and switched on.
-    pub fn fast_lane(&self) -> Option<&Arc<crate::fastlane::service::FastLane>> {
-        self.fastlane.get().filter(|lane| lane.settings().enabled)
+    /// The fast lane when one is configured and switched on. A swap replaces it whole, so a
+    /// request reads it once and keeps what it got.
+    pub fn fast_lane(&self) -> Option<Arc<crate::fastlane::service::FastLane>> {
+        self.fastlane
+            .current()
+            .filter(|lane| lane.settings().enabled)
     }
 
     /// The current generation; the caller keeps it for the whole request.
@@ -548,7 +552,7 @@ impl App {
         self.room.reconfigure(generation.room_settings());
         self.abuse
             .reconfigure(abuse::AbuseSettings::from_config(&generation.config));
-        if let Some(lane) = self.fastlane.get() {
+        if let Some(lane) = self.fastlane.current() {
             lane.set_entry_ttl(generation.config.fastlane_entry_ttl);
         }
         Ok(generation)

@@ -10,13 +10,15 @@
 //!
 //! `x402` holds the wire types both halves and the chains share; `settings` the parsed
 //! `fastlane.json` and `networks.json`; `quote` the offers priced by the line (`-rate`,
-//! `-surge`), which both halves recognise.
+//! `-surge`), which both halves recognise; `live` the running lane as the request path reads
+//! it, swapped whole when the operator saves new files.
 
 pub mod canonical;
 pub mod chains;
 pub mod commands;
 pub mod facilitator;
 pub mod gateway;
+pub mod live;
 pub mod mechanism;
 pub mod quote;
 pub mod service;

@@ -15,8 +15,9 @@ pub use examples::{
     FASTLANE_EXAMPLE_NOTES, NETWORKS_EXAMPLE_NOTES, example_fastlane, example_networks,
 };
 pub use validate::{
-    FASTLANE_FILE, KNOWN_NETWORKS, MAX_FILE_BYTES, NETWORKS_FILE, is_mainnet, load_files,
-    parse_fastlane, parse_networks, validate_fastlane, validate_networks,
+    FASTLANE_FILE, KNOWN_NETWORKS, MAX_FILE_BYTES, NETWORKS_FILE, fastlane_problems, is_mainnet,
+    load_files, networks_problems, parse_fastlane, parse_networks, validate_fastlane,
+    validate_networks,
 };
 
 /// `fastlane.json`.

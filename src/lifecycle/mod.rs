@@ -4,6 +4,7 @@
 
 mod certificates;
 mod fastlane;
+pub(crate) use fastlane::{LaneDocuments, SaveError, save_files};
 mod summary;
 
 use std::net::SocketAddr;
@@ -177,7 +178,7 @@ pub async fn start_on_workers(
         data_dir.as_deref().map(|dir| dir.path()),
     );
     app.history.start(history_log);
-    let fast_lane = fastlane::start(&app, data_dir.as_deref()).map_err(StartError::Build)?;
+    fastlane::start(&app, data_dir.as_deref()).map_err(StartError::Build)?;
     // Only now, with the listener bound and saved state loaded, is the start a success.
     log_summary(&app.generation().config, data_dir.as_deref(), &app.tls);
     warn_unavailable_parts(&app.generation().config);
@@ -268,9 +269,7 @@ pub async fn start_on_workers(
         for task in background {
             let _ = task.await;
         }
-        if let Some(lane) = fast_lane {
-            lane.stop().await;
-        }
+        fastlane::stop(&serving).await;
         save_on_stop(&serving).await;
         serving.history.shut_down().await;
         result

@@ -65,9 +65,12 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
         .priority
         .request_rank(&app.pass, priority_cookie, pass.valid(), now);
     // A running fast-lane pass ranks the request at least customer.
-    let fast_lane = app.fast_lane().is_some_and(|lane| {
-        lane.eligible_with_cookie(req.headers(), fast_lane_cookie, now)
-            .is_some()
+    // Read once, and let go before any await: a swap may replace the lane meanwhile.
+    let fast_lane = app.fastlane.load().as_ref().is_some_and(|lane| {
+        lane.settings().enabled
+            && lane
+                .eligible_with_cookie(req.headers(), fast_lane_cookie, now)
+                .is_some()
     });
     if fast_lane && rank < Rank::Customer {
         rank = Rank::Customer;

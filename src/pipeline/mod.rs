@@ -135,7 +135,11 @@ async fn run_stages<B: RequestBody + Unpin>(
             Stage::Ops => {
                 endpoints::ops::handle(&app, info.path(), info.query(), info.client, req).await
             }
-            Stage::ConcertFiles => match app.fastlane.get() {
+            Stage::ConcertFiles => match app.fastlane.current() {
+                // The lane is being swapped: nothing is verified or charged meanwhile.
+                Some(_) if method == http::Method::POST && app.fastlane.is_reloading() => {
+                    crate::fastlane::service::reloading_answer()
+                }
                 Some(lane) => {
                     // An unknown peer (in-process use) still gets a rate-limit bucket of its own.
                     let client = info

@@ -44,6 +44,7 @@ pub(crate) static ASSETS: &[Asset] = &[
     asset!("js/portal-visitors.js", JS),
     asset!("js/portal-banlog.js", JS),
     asset!("js/portal-monitor.js", JS),
+    asset!("js/portal-fastlane.js", JS),
 ];
 
 /// `GET /assets/*path`: an exact name from [`ASSETS`] (so `..`, other directories and the

@@ -11,6 +11,7 @@ mod assets;
 mod auth;
 mod banlog;
 mod bans;
+mod fastlane;
 mod fragments;
 mod local_user;
 mod monitor;
@@ -192,6 +193,12 @@ pub fn router(portal: Arc<Portal>) -> Router {
         .route("/api/frag/visitor", get(visitors::detail))
         .route("/api/frag/banlog", get(banlog::fragment))
         .route("/api/frag/ban", get(banlog::detail))
+        .route("/api/fastlane", get(fastlane::show))
+        .route(
+            "/api/fastlane/config",
+            get(fastlane::config).post(fastlane::save),
+        )
+        .route("/api/fastlane/sales/delivered", post(fastlane::delivered))
         .route(
             "/api/settings",
             get(settings::show)

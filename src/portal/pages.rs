@@ -88,9 +88,9 @@ macro_rules! panel {
     }};
 }
 
-/// The tabs in the order of their pills. A new tab (the fast lane's, say, between the Ban log
-/// and the Monitor) is one entry here, its `templates/portal/tab_<id>.html`, its script (also
-/// listed in the asset table) and its routes.
+/// The tabs in the order of their pills. A new tab is one entry here, its
+/// `templates/portal/tab_<id>.html`, its script (also listed in the asset table) and its
+/// routes.
 pub(super) static TABS: &[Tab] = &[
     Tab {
         id: "overview",
@@ -126,6 +126,13 @@ pub(super) static TABS: &[Tab] = &[
         badge: None,
         script: Some("portal-banlog.js"),
         panel: panel!("portal/tab_banlog.html"),
+    },
+    Tab {
+        id: "fastlane",
+        label: "Fast lane",
+        badge: None,
+        script: Some("portal-fastlane.js"),
+        panel: panel!("portal/tab_fastlane.html"),
     },
     Tab {
         id: "monitor",

@@ -88,8 +88,8 @@ pub enum JournalError {
 #[derive(Debug)]
 pub struct SettlementJournal {
     path: PathBuf,
-    /// Held (locked) for the life of the journal.
-    _lock: File,
+    /// Held (locked) until the journal is closed or dropped.
+    lock: Mutex<Option<File>>,
     writer: Mutex<Writer>,
     healthy: AtomicBool,
 }
@@ -166,7 +166,7 @@ impl SettlementJournal {
         }
         Ok(SettlementJournal {
             path,
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
             writer: Mutex::new(Writer { file, records }),
             healthy: AtomicBool::new(true),
         })
@@ -179,6 +179,14 @@ impl SettlementJournal {
     /// False once a write has failed: the file may no longer say what happened.
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Acquire)
+    }
+
+    /// Takes nothing more and releases the lock, so another journal (a reloaded gateway's) can
+    /// open the file; what was loaded stays readable.
+    pub fn close(&self) {
+        let _writer = self.writer.lock();
+        self.healthy.store(false, Ordering::Release);
+        self.lock.lock().take();
     }
 
     /// The latest record of `id`.
@@ -215,12 +223,13 @@ impl SettlementJournal {
     /// the id when there is one) and fsyncs it. Refuses to move a settled payment to another
     /// state, and refuses everything once a write has failed.
     pub fn record(&self, mut record: SettlementRecord) -> Result<SettlementRecord, JournalError> {
+        let mut writer = self.writer.lock();
+        // Checked under the writer's lock, so nothing is appended after a close.
         if !self.is_healthy() {
             return Err(JournalError::Unhealthy {
                 path: self.path.clone(),
             });
         }
-        let mut writer = self.writer.lock();
         let now = now_rfc3339();
         if let Some(earlier) = writer.records.get(&record.id) {
             if earlier.state == SettlementState::Settled && record.state != SettlementState::Settled

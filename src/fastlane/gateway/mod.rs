@@ -258,11 +258,18 @@ impl Gateway {
         self.inner.journal.is_healthy() && !self.inner.closing.load(Ordering::Acquire)
     }
 
-    /// Refuses new settles and waits for those in flight to be journaled.
+    /// Refuses new settles, waits for those in flight to be journaled, then closes the journal
+    /// (releasing its lock).
     pub async fn close(&self) {
         self.inner.closing.store(true, Ordering::Release);
         self.inner.settles.close();
         self.inner.settles.wait().await;
+        self.inner.journal.close();
+    }
+
+    /// Settles running now (each in its own task).
+    pub fn settles_running(&self) -> usize {
+        self.inner.settles.len()
     }
 }
 

@@ -95,6 +95,14 @@ pub struct Receipt {
 }
 
 impl Receipt {
+    /// A sale of a listed item, which the merchant delivers by hand and marks as delivered.
+    pub fn is_sale(&self) -> bool {
+        matches!(
+            self.kind,
+            ReceiptKind::NftSale | ReceiptKind::NftSaleConflict
+        ) || !self.listing.is_empty()
+    }
+
     pub fn is_live(&self, now: u64) -> bool {
         self.state == ReceiptState::Settled && self.expires > now
     }
@@ -368,6 +376,39 @@ impl Journal {
         let index = self.index.read();
         let fingerprint = index.sessions.get(session)?.unsettled.clone()?;
         index.receipts.get(&fingerprint).cloned()
+    }
+
+    /// The `limit` receipts that changed last (newest first), and how many there are in all,
+    /// for operators. A copy of the index is not made: only the chosen ones are cloned.
+    pub fn latest(&self, limit: usize) -> (Vec<Receipt>, usize) {
+        self.latest_where(limit, |_| true)
+    }
+
+    /// As [`Journal::latest`], among the receipts `wanted` picks.
+    pub fn latest_where(
+        &self,
+        limit: usize,
+        wanted: impl Fn(&Receipt) -> bool,
+    ) -> (Vec<Receipt>, usize) {
+        let index = self.index.read();
+        let last_change = |receipt: &Receipt| receipt.settled.max(receipt.started);
+        let mut all: Vec<&Receipt> = index
+            .receipts
+            .values()
+            .filter(|receipt| wanted(receipt))
+            .collect();
+        let total = all.len();
+        let newest_first = |a: &&Receipt, b: &&Receipt| {
+            last_change(b)
+                .cmp(&last_change(a))
+                .then_with(|| a.fingerprint.cmp(&b.fingerprint))
+        };
+        if all.len() > limit && limit > 0 {
+            all.select_nth_unstable_by(limit - 1, newest_first);
+        }
+        all.truncate(limit);
+        all.sort_unstable_by(newest_first);
+        (all.into_iter().cloned().collect(), total)
     }
 
     /// Counts by state, for operators.

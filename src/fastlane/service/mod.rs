@@ -34,7 +34,7 @@ use parking_lot::Mutex;
 
 pub use self::routes::{
     MAX_BODY_BYTES, MAX_PAYMENT_HEADER_BYTES, MAX_SETTLING, QUOTE_SECONDS, SETTLE_WAIT_GRACE,
-    VERIFY_TIMEOUT,
+    VERIFY_TIMEOUT, reloading_answer,
 };
 
 use self::journal::{Journal, Receipt};
@@ -301,14 +301,30 @@ impl FastLane {
 
     /// Waits (at most `limit`) for the settlements under way to be journaled, then closes.
     pub async fn close_after_settlements(&self, limit: Duration) {
-        let running: Vec<SharedSettle> = self.settling.lock().values().cloned().collect();
-        let all = futures_util::future::join_all(running);
-        if tokio::time::timeout(limit, all).await.is_err() {
+        if !self.wait_for_settlements(limit).await {
             tracing::warn!(
                 "fast lane: closing with settlements still running; the gateway's journal has them"
             );
         }
         self.close();
+    }
+
+    /// Waits (at most `limit`) for the settlements under way now to be journaled; false when
+    /// some were still running at the limit.
+    pub async fn wait_for_settlements(&self, limit: Duration) -> bool {
+        let running: Vec<SharedSettle> = self.settling.lock().values().cloned().collect();
+        let all = futures_util::future::join_all(running);
+        tokio::time::timeout(limit, all).await.is_ok()
+    }
+
+    /// Payments being settled now.
+    pub fn settling(&self) -> usize {
+        self.settling.lock().len()
+    }
+
+    /// Wallet requests being worked on now, and the most there may be at once.
+    pub fn in_flight(&self) -> (usize, usize) {
+        (self.in_flight.running(), limits::MAX_IN_FLIGHT)
     }
 
     /// Stops taking payments (shutdown): closes the journal, releasing its lock, and saves the

@@ -835,6 +835,20 @@ pub(crate) fn error(status: StatusCode, code: &str) -> Response<Body> {
     json(status, serde_json::json!({ "error": code }).to_string())
 }
 
+/// What a wallet request gets while the operator swaps the lane for a new configuration:
+/// nothing is verified or charged, and the client is told when to come back.
+pub fn reloading_answer() -> Response<Body> {
+    let mut response = with_retry_after(
+        error(StatusCode::SERVICE_UNAVAILABLE, "fast_lane_reloading"),
+        RELOAD_RETRY_SECONDS,
+    );
+    add_common_headers(response.headers_mut());
+    response
+}
+
+/// The `Retry-After` of [`reloading_answer`].
+const RELOAD_RETRY_SECONDS: u32 = 5;
+
 fn method_not_allowed(allow: &'static str) -> Response<Body> {
     let mut response = error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
     response

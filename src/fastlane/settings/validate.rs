@@ -108,13 +108,13 @@ impl Problems {
     fn add_hidden(&mut self, key: impl fmt::Display, rule: impl fmt::Display) {
         self.found.push(format!("{}: {key}: {rule}", self.file));
     }
+}
 
-    fn into_result(self) -> Result<(), String> {
-        if self.found.is_empty() {
-            Ok(())
-        } else {
-            Err(self.found.join("; "))
-        }
+fn joined(problems: Vec<String>) -> Result<(), String> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
     }
 }
 
@@ -225,6 +225,16 @@ pub fn validate_networks(
     test_mode: bool,
     secrets: Option<&dyn EnvSource>,
 ) -> Result<(), String> {
+    joined(networks_problems(path, networks, test_mode, secrets))
+}
+
+/// Every broken rule of `networks.json`, one message each (see [`validate_networks`]).
+pub fn networks_problems(
+    path: &Path,
+    networks: &NetworksSettings,
+    test_mode: bool,
+    secrets: Option<&dyn EnvSource>,
+) -> Vec<String> {
     let mut problems = Problems::new(path);
     for (network, settings) in networks {
         let Some(chain) = chain_of(network) else {
@@ -237,7 +247,7 @@ pub fn validate_networks(
         };
         check_network(&mut problems, network, chain, settings, test_mode, secrets);
     }
-    problems.into_result()
+    problems.found
 }
 
 fn check_network(
@@ -394,9 +404,19 @@ pub fn validate_fastlane(
     networks_path: &Path,
     networks: &NetworksSettings,
 ) -> Result<(), String> {
+    joined(fastlane_problems(path, settings, networks_path, networks))
+}
+
+/// Every broken rule of `fastlane.json`, one message each (see [`validate_fastlane`]).
+pub fn fastlane_problems(
+    path: &Path,
+    settings: &FastlaneSettings,
+    networks_path: &Path,
+    networks: &NetworksSettings,
+) -> Vec<String> {
     let mut problems = Problems::new(path);
     if !settings.enabled {
-        return Ok(());
+        return Vec::new();
     }
     let test_mode = settings.test_mode;
     if let Some(why) = url_problem(&settings.origin, test_mode, true) {
@@ -622,7 +642,7 @@ pub fn validate_fastlane(
             );
         }
     }
-    problems.into_result()
+    problems.found
 }
 
 /// Atomic units: `^[1-9][0-9]{0,18}$` and within int64.
