@@ -30,6 +30,9 @@ bench:
 docs:
 	$(CARGO) run --locked --example gen-docs
 
+# nginx, HAProxy and Concert in front of one origin. LAYOUT=shared (default): proxy and origin
+# on one core, wrk alone on the other, with each proxy's own CPU cost per request beside the
+# origin's; LAYOUT=split: wrk and origin on one core, the proxy on the other.
 bench-compare:
 	bash benches/compare.sh
 

@@ -1,15 +1,34 @@
 #!/usr/bin/env bash
 # Load comparison on loopback: the same fast origin reached directly (D), through a byte relay that
-# does no HTTP work (R, tools/relay.rs: the ceiling any proxy could reach in this layout),
-# through nginx proxy_pass with an upstream keep-alive pool (N), through HAProxy (H) and through
-# Concert with a cap that never binds (C). Runs are interleaved (D R N H C, D R N H C, …) so drift
-# hits all alike; the median of the rounds is reported. Everything listens on 127.0.0.1 and every run is bounded in time.
-# Besides requests/s and latency, each row gives the server's CPU time per request (user and
-# system, from /proc, workers included). On a shared VM both drift between invocations (±15%),
-# but runs next to each other agree closely: compare rows of one run.
+# does no HTTP work (R, tools/relay.rs: the ceiling any proxy could reach), through nginx
+# proxy_pass with an upstream keep-alive pool (N), through HAProxy (H) and through Concert with a
+# cap that never binds (C). Runs are interleaved (D R N H C, D R N H C, …) so drift hits all
+# alike; the median of the rounds is reported. Everything listens on 127.0.0.1 and every run is
+# bounded in time.
+#
+# Two layouts on the two-core machine:
+#   LAYOUT=shared (default)  the proxy and the origin pinned together to core 0, wrk (-t1) alone on
+#                            core 1: Concert as deployed, on the origin's host, where every
+#                            microsecond it spends per request is taken from the origin. The
+#                            origin answers `return 200` with a 1 KiB page. Beside requests/s
+#                            and latency, each row gives the CPU time per request of the proxy and
+#                            of the origin (user + system, from /proc, workers included), and the
+#                            proxy's own cost: proxy + origin CPU per request minus what the origin
+#                            spends per request when wrk reaches it directly (row D, same core), and
+#                            core time per request (1 s / req/s) minus the origin's alone.
+#                            Two workers share core 0 as well.
+#   LAYOUT=split             wrk and the origin share core 1, the proxy runs on core 0 (one worker)
+#                            or where the scheduler puts it (two); the origin answers `return 200
+#                            'ok'` (2 bytes). The generator's core sets the ceiling there, so the
+#                            proxies come out close together; CPU per request tells them apart.
+# On a shared VM both drift between invocations (±15%), but runs next to each other agree
+# closely: compare rows of one run.
 #
 #   bash benches/compare.sh            # defaults below
 #   ROUNDS=5 DURATION=10 CONNS=64 WORKERS="1 2" bash benches/compare.sh
+#   BODY=20480 bash benches/compare.sh  # the origin answers with a static file of that many
+#                                       # bytes instead of its `return 200` body
+#   LAYOUT=split bash benches/compare.sh
 #   MODE=asset bash benches/compare.sh  # a private asset fetched with a valid concert_admit pass
 #                                       # (per-pass and global asset pools) instead of a gated page
 #   MODE=browser bash benches/compare.sh # a gated page requested with a valid pass, as a returning
@@ -17,13 +36,12 @@
 #                                       # Concert signs a new pass for every request)
 #   OPEN_LOOP=0 bash benches/compare.sh # skip the fixed-rate latency runs (page mode)
 #   OPEN_ROUNDS=5 OPEN_DURATION=8 bash benches/compare.sh # more and longer fixed-rate runs
-#   BODY=32768 bash benches/compare.sh  # the origin answers with a static file of that many
-#                                       # bytes (a page of real size) instead of a 2-byte body
 #   MODE=tls bash benches/compare.sh    # HTTPS: nginx, HAProxy and Concert each terminating TLS
 #                                       # (same ECDSA P-256 certificate, TLS 1.3, X25519) in front
 #                                       # of the same plain origin; handshakes/s with a new
 #                                       # connection per request (wrk -H 'Connection: close'),
 #                                       # and requests/s over kept-alive connections
+#   CONCERT=path/to/binary bash benches/compare.sh # another build (default: as `make build` ships)
 #
 # After the closed-loop table (wrk), page mode also measures latency open-loop: requests sent at a
 # fixed 50/80/95% of the best proxy's throughput by tools/loadgen.rs, which counts latency from
@@ -51,6 +69,11 @@ OPEN_LOOP=${OPEN_LOOP:-1}
 OPEN_ROUNDS=${OPEN_ROUNDS:-3}
 OPEN_DURATION=${OPEN_DURATION:-5}
 BODY=${BODY:-}
+LAYOUT=${LAYOUT:-shared}
+case $LAYOUT in
+  shared|split) ;;
+  *) echo "LAYOUT must be shared or split, not '$LAYOUT'" >&2; exit 2 ;;
+esac
 if [ -n "$BODY" ] && ! [[ "$BODY" =~ ^[0-9]+$ ]]; then
   echo "BODY must be a number of bytes, not '$BODY'" >&2
   exit 2
@@ -92,18 +115,27 @@ RELAY=$(target_dir)/release/examples/relay
 
 use_workdir
 
-# One CPU for the load generator and the origin, the other for the proxy under test (the machine
-# has two); with two workers the proxy may use both.
+# Which core runs what (the machine has two). split: the load generator and the origin on core 1,
+# the proxy on core 0, or anywhere with two workers. shared: the load generator alone on core 1,
+# the origin and the proxy (however many workers) on core 0.
 cpus=$(nproc)
 pin_gen() { if [ "$cpus" -ge 2 ]; then taskset -c 1 "$@"; else "$@"; fi; }
 # Only ever run in the background: `exec` makes $! the server's own pid, so cleanup can stop it.
 pin_proxy() { # $1 = workers
   local workers=$1; shift
-  if [ "$cpus" -ge 2 ] && [ "$workers" = 1 ]; then exec taskset -c 0 "$@"; else exec "$@"; fi
+  if [ "$cpus" -ge 2 ] && { [ "$LAYOUT" = shared ] || [ "$workers" = 1 ]; }; then
+    exec taskset -c 0 "$@"
+  else
+    exec "$@"
+  fi
 }
+origin_core=1
+[ "$LAYOUT" = shared ] && origin_core=0
 
 start_origin() {
   local answer="return 200 'ok';"
+  # Shared layout: a page of 1 KiB, so the proxies move a body as well as a head.
+  [ "$LAYOUT" = shared ] && answer="return 200 '$(head -c 1024 /dev/zero | tr '\0' 'x')';"
   if [ -n "$BODY" ]; then
     # The same file under every path a mode requests, served from memory after the first read.
     mkdir -p "$work/www/static"
@@ -112,7 +144,7 @@ start_origin() {
     answer="root $work/www;"
   fi
   nginx_conf "$work/origin.conf" 1 "server { listen 127.0.0.1:$ORIGIN_PORT; location / { $answer } }"
-  (if [ "$cpus" -ge 2 ]; then exec taskset -c 1 "$NGINX" -c "$work/origin.conf" -p "$work"
+  (if [ "$cpus" -ge 2 ]; then exec taskset -c "$origin_core" "$NGINX" -c "$work/origin.conf" -p "$work"
    else exec "$NGINX" -c "$work/origin.conf" -p "$work"; fi) &
   pid_origin=$!
   pids+=("$pid_origin")
@@ -184,14 +216,17 @@ us_per_request() {
     'BEGIN { if (n > 0) printf "%.*f", d, t * 1000000 / hz / n; else print "-" }'
 }
 
-# Prints "requests_per_second p50_ms p99_ms user_us system_us errors" for one wrk run against
-# port $1 served by process $2; the CPU columns are the server's CPU microseconds per request.
+# Prints "requests_per_second p50_ms p99_ms user_us system_us origin_us errors" for one wrk run
+# against port $1 served by process $2: the server's user and system CPU microseconds per request,
+# then the origin's (user + system; the same process when $2 is the origin).
 measure() {
-  local out user0 system0 user1 system1
+  local out user0 system0 user1 system1 ouser0 osystem0 ouser1 osystem1
   read -r user0 system0 < <(cpu_ticks "$2")
+  read -r ouser0 osystem0 < <(cpu_ticks "$pid_origin")
   out=$(pin_gen wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${WRK_HEADERS[@]}" \
     "$SCHEME://127.0.0.1:$1$BENCH_PATH" 2>&1)
   read -r user1 system1 < <(cpu_ticks "$2")
+  read -r ouser1 osystem1 < <(cpu_ticks "$pid_origin")
   local rps p50 p99 errors requests
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
@@ -199,7 +234,8 @@ measure() {
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out" | tr '\n' ' ')
   echo "$rps $(to_ms "$p50") $(to_ms "$p99") $(us_per_request $((user1 - user0)) "${requests:-0}" 2) \
-$(us_per_request $((system1 - system0)) "${requests:-0}" 2) ${errors:-none}"
+$(us_per_request $((system1 - system0)) "${requests:-0}" 2) \
+$(us_per_request $((ouser1 - ouser0 + osystem1 - osystem0)) "${requests:-0}" 2) ${errors:-none}"
 }
 
 # The concert_admit value Concert issues on an admitted page (asset and browser modes).
@@ -231,9 +267,10 @@ fi
 
 start_origin
 wait_port "$ORIGIN_PORT"
-origin_answer="'return 200'"
+origin_answer="'return 200' with 2 bytes"
+[ "$LAYOUT" = shared ] && origin_answer="'return 200' with 1024 bytes"
 [ -n "$BODY" ] && origin_answer="a static $BODY-byte file"
-echo "fast origin: nginx $origin_answer on 127.0.0.1:$ORIGIN_PORT; wrk -t1 -c$CONNS, ${DURATION}s per run, $ROUNDS rounds; mode $MODE ($BENCH_PATH)"
+echo "fast origin: nginx $origin_answer on 127.0.0.1:$ORIGIN_PORT (core $origin_core); wrk -t1 -c$CONNS, ${DURATION}s per run, $ROUNDS rounds; mode $MODE ($BENCH_PATH), layout $LAYOUT"
 echo
 
 # What a TLS client negotiates with the proxy on port $1, in one line.
@@ -262,7 +299,7 @@ tls_rounds() { # $1 = workers
     for target in "${tls_order[@]:$(((round - 1) % 3)):3}"; do
       for kind in keep new; do
         if [ "$kind" = new ]; then WRK_HEADERS=(-H "Connection: close"); else WRK_HEADERS=(); fi
-        read -r r a b u y e <<<"$(measure "${PORT_OF[$target]}" "${pid_of[$target]}")"
+        read -r r a b u y o e <<<"$(measure "${PORT_OF[$target]}" "${pid_of[$target]}")"
         rps[$target$kind]+="$r "; p50[$target$kind]+="$a "; p99[$target$kind]+="$b "
         user[$target$kind]+="$u "; system[$target$kind]+="$y "
         [ "$e" = none ] || errs[$target$kind]+="round $round: $e; "
@@ -300,7 +337,7 @@ if [ "$MODE" = tls ]; then
 fi
 
 for workers in $WORKERS; do
-  declare -A rps=() p50=() p99=() user=() system=() errs=()
+  declare -A rps=() p50=() p99=() user=() system=() origin=() errs=()
   pid_n=$(start_nginx "$workers"); pids+=("$pid_n")
   pid_h=$(start_haproxy "$workers"); pids+=("$pid_h")
   pid_c=$(start_concert "$workers"); pids+=("$pid_c")
@@ -322,22 +359,36 @@ for workers in $WORKERS; do
   closed_order=(D R N H C D R N H)
   for round in $(seq 1 "$ROUNDS"); do
     for target in "${closed_order[@]:$(((round - 1) % 5)):5}"; do
-      read -r r a b u y e <<<"$(measure "${PORT_OF[$target]}" "${pid_of[$target]}")"
+      read -r r a b u y o e <<<"$(measure "${PORT_OF[$target]}" "${pid_of[$target]}")"
       rps[$target]+="$r "; p50[$target]+="$a "; p99[$target]+="$b "
-      user[$target]+="$u "; system[$target]+="$y "
+      user[$target]+="$u "; system[$target]+="$y "; origin[$target]+="$o "
       [ "$e" = none ] || errs[$target]+="round $round: $e; "
     done
   done
-  echo "== $workers worker thread(s) per proxy =="
-  printf "%-22s %12s %10s %10s %14s %14s   %s\n" target "req/s" "p50 ms" "p99 ms" "user us/req" \
-    "system us/req" "req/s by round (drift shows here)"
+  layout_note="proxy and origin share core 0, wrk alone on core 1"
+  [ "$LAYOUT" = split ] && layout_note="wrk and origin share core 1, the proxy has core 0"
+  echo "== $workers worker thread(s) per proxy ($LAYOUT layout: $layout_note) =="
+  echo "   CPU in us per request; own cpu = proxy + origin CPU - origin's CPU reached directly,"
+  echo "   own core = 1 s / req/s - the same for the origin reached directly (each per round, median)"
+  printf "%-22s %10s %8s %8s %10s %10s %10s %9s %9s   %s\n" target "req/s" "p50 ms" "p99 ms" \
+    "proxy usr" "proxy sys" "origin" "own cpu" "own core" "req/s by round (drift shows here)"
   for target in D R N H C; do
-    printf "%-22s %12s %10s %10s %14s %14s   %s\n" "${NAME_OF[$target]}" \
+    own_cpu=- own_core=- proxy_user=- proxy_system=-
+    if [ "$target" != D ]; then
+      proxy_user=$(median_of "${user[$target]}")
+      proxy_system=$(median_of "${system[$target]}")
+      # Round i of every list is the same round, so each difference pairs runs a minute apart.
+      own_cpu=$(paste <(tr ' ' '\n' <<<"${user[$target]}") <(tr ' ' '\n' <<<"${system[$target]}") \
+        <(tr ' ' '\n' <<<"${origin[$target]}") <(tr ' ' '\n' <<<"${origin[D]}") |
+        awk 'NF == 4 {printf "%.2f\n", $1 + $2 + $3 - $4}' | median)
+      own_core=$(paste <(tr ' ' '\n' <<<"${rps[$target]}") <(tr ' ' '\n' <<<"${rps[D]}") |
+        awk 'NF == 2 && $1 > 0 && $2 > 0 {printf "%.2f\n", 1e6 / $1 - 1e6 / $2}' | median)
+    fi
+    printf "%-22s %10s %8s %8s %10s %10s %10s %9s %9s   %s\n" "${NAME_OF[$target]}" \
       "$(median_of "${rps[$target]}")" \
       "$(median_of "${p50[$target]}")" \
       "$(median_of "${p99[$target]}")" \
-      "$(median_of "${user[$target]}")" \
-      "$(median_of "${system[$target]}")" \
+      "$proxy_user" "$proxy_system" "$(median_of "${origin[$target]}")" "$own_cpu" "$own_core" \
       "$(awk '{for (i = 1; i <= NF; i++) printf "%s%.0f", (i > 1 ? " " : ""), $i}' <<<"${rps[$target]}")"
     [ -z "${errs[$target]:-}" ] || echo "   errors: ${errs[$target]}"
   done
@@ -382,5 +433,5 @@ for workers in $WORKERS; do
   fi
   kill "$pid_n" "$pid_h" "$pid_c" "$pid_r" 2>/dev/null || true
   wait_gone "$pid_n" "$pid_h" "$pid_c" "$pid_r"
-  unset rps p50 p99 user system errs
+  unset rps p50 p99 user system origin errs
 done
