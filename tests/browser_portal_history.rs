@@ -22,11 +22,13 @@ fn artefact(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Clicks `selector` once the page's scripts have all run: the title is set and the tab
+/// buttons exist while the page is still being read, before their handlers are attached.
 async fn click(page: &Page, selector: &str) {
     let clicked = page
         .wait_for(
             &format!(
-                "(() => {{ const e = document.querySelector({selector:?}); if (!e || e.disabled) return false; e.click(); return true; }})()"
+                "(() => {{ if (document.readyState !== 'complete') return false; const e = document.querySelector({selector:?}); if (!e || e.disabled) return false; e.click(); return true; }})()"
             ),
             PATIENCE,
         )
