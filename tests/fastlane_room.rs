@@ -647,6 +647,21 @@ async fn killed_mid_settlement_nothing_is_resubmitted_after_the_restart() {
     let _ = child.wait();
 }
 
+/// Desktop and phone-width pictures of the page, kept with the build for a look.
+async fn screenshots(page: &browser::Page, name: &str) {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fastlane-screens");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (width, height, mobile, suffix) in
+        [(1280, 900, false, "desktop"), (390, 844, true, "phone")]
+    {
+        page.set_viewport(width, height, mobile).await.unwrap();
+        page.screenshot(dir.join(format!("{name}-{suffix}.png")))
+            .await
+            .unwrap();
+    }
+    page.set_viewport(1280, 900, false).await.unwrap();
+}
+
 /// Queues a visitor at the full room: its `room_ticket` cookie.
 async fn queue_visitor(shop: &Shop) -> String {
     let answer = client()
@@ -839,6 +854,7 @@ async fn the_waiting_page_shows_the_price_for_the_visitors_place_in_the_line() {
         page.eval(&is_shown("skip-price")).await.unwrap(),
         json!(false)
     );
+    screenshots(&page, "waiting-priced").await;
 
     // On the access page a wallet (one the site would install) pays what the line asks.
     page.eval("document.getElementById('fastlane-link').click(), true")
@@ -873,6 +889,7 @@ async fn the_waiting_page_shows_the_price_for_the_visitors_place_in_the_line() {
         "Five minutes — 0.200000 XRP"
     );
     assert_eq!(page.eval("window.paidAmounts.length").await.unwrap(), 0);
+    screenshots(&page, "access-quoted").await;
     // Second choice: paid at that price, settled once, and back to the site past the line.
     *shop.ledger.delivered.lock().unwrap() = "200000".into();
     page.eval("document.querySelector('#offers button').click(), true")
