@@ -10,10 +10,9 @@ mod support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use axum::routing::post;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
@@ -22,88 +21,7 @@ use tokio::sync::Semaphore;
 
 const SECRET: &str = "fast-lane-room-test-secret-0123456789abcdef";
 
-fn vector_case(name: &str) -> Value {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/vectors/xrpl.json"
-    ))
-    .expect("xrpl vectors");
-    let vectors: Value = serde_json::from_str(&text).expect("vectors parse");
-    vectors["cases"]
-        .as_array()
-        .expect("cases")
-        .iter()
-        .find(|case| case["name"] == name)
-        .cloned()
-        .expect("vector case")
-}
-
-/// A rippled that knows one account (the vector payer at sequence 5) on network 1 at ledger
-/// 1000, accepts submissions and reports them validated.
-struct Ledger {
-    payer: String,
-    submits: AtomicU64,
-    /// Whether a submitted payment ever shows up validated.
-    validates: std::sync::atomic::AtomicBool,
-    /// The `delivered_amount` a validated payment reports, in drops.
-    delivered: std::sync::Mutex<String>,
-}
-
-async fn rippled(
-    axum::extract::State(ledger): axum::extract::State<Arc<Ledger>>,
-    body: String,
-) -> axum::Json<Value> {
-    let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    let params = &request["params"][0];
-    let result = match request["method"].as_str().unwrap_or_default() {
-        "server_info" => json!({
-            "info": {"network_id": 1, "validated_ledger": {"seq": 1000}},
-            "status": "success"
-        }),
-        "account_info" if params["account"] == json!(ledger.payer) => json!({
-            "account_data": {"Account": ledger.payer, "Sequence": 5, "Flags": 0, "Balance": "100000000"},
-            "validated": true,
-            "status": "success"
-        }),
-        "simulate" => json!({"engine_result": "tesSUCCESS", "applied": false}),
-        "submit" => {
-            ledger.submits.fetch_add(1, Ordering::SeqCst);
-            json!({"engine_result": "tesSUCCESS", "status": "success"})
-        }
-        "tx" if !ledger.validates.load(Ordering::SeqCst) => json!({
-            "hash": params["transaction"],
-            "validated": false
-        }),
-        "tx" => json!({
-            "hash": params["transaction"],
-            "validated": true,
-            "meta": {
-                "TransactionResult": "tesSUCCESS",
-                "delivered_amount": ledger.delivered.lock().unwrap().clone()
-            }
-        }),
-        _ => json!({"error": "unknownCmd", "status": "error"}),
-    };
-    axum::Json(json!({ "result": result }))
-}
-
-async fn start_ledger(payer: &str) -> (String, Arc<Ledger>) {
-    let ledger = Arc::new(Ledger {
-        payer: payer.to_owned(),
-        submits: AtomicU64::new(0),
-        validates: std::sync::atomic::AtomicBool::new(true),
-        delivered: std::sync::Mutex::new("100000".into()),
-    });
-    let app = axum::Router::new()
-        .route("/", post(rippled))
-        .with_state(ledger.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{address}/"), ledger)
-}
+use support::rippled::{Ledger, start as start_ledger, vector_case};
 
 /// `/hold…` waits for a permit of `gate`; everything else answers with the request's header
 /// names and its Cookie header, so a test sees what reached the origin.

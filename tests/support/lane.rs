@@ -6,10 +6,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::routing::post;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
@@ -17,86 +15,7 @@ use serde_json::{Value, json};
 pub const ADMIT_SECRET: &str = "fast-lane-tab-test-secret-0123456789abcdef";
 pub const PORTAL_PASS: &str = "a portal pass for the fast lane tab";
 
-pub fn vector_case(name: &str) -> Value {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/vectors/xrpl.json"
-    ))
-    .expect("xrpl vectors");
-    let vectors: Value = serde_json::from_str(&text).expect("vectors parse");
-    vectors["cases"]
-        .as_array()
-        .expect("cases")
-        .iter()
-        .find(|case| case["name"] == name)
-        .cloned()
-        .expect("vector case")
-}
-
-/// What the loopback rippled has seen.
-pub struct Ledger {
-    payer: String,
-    pub submits: AtomicU64,
-    /// While set, a submission waits for a permit of `submit_gate` (a settlement in flight).
-    pub hold_submits: std::sync::atomic::AtomicBool,
-    pub submit_gate: tokio::sync::Semaphore,
-}
-
-/// Network 1 at ledger 1000, the vector payer at sequence 5; submissions succeed and show up
-/// validated with the vector's amount delivered.
-async fn rippled(
-    axum::extract::State(ledger): axum::extract::State<Arc<Ledger>>,
-    body: String,
-) -> axum::Json<Value> {
-    let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    let params = &request["params"][0];
-    let result = match request["method"].as_str().unwrap_or_default() {
-        "server_info" => json!({
-            "info": {"network_id": 1, "validated_ledger": {"seq": 1000}},
-            "status": "success"
-        }),
-        "account_info" if params["account"] == json!(ledger.payer) => json!({
-            "account_data": {"Account": ledger.payer, "Sequence": 5, "Flags": 0, "Balance": "100000000"},
-            "validated": true,
-            "status": "success"
-        }),
-        "simulate" => json!({"engine_result": "tesSUCCESS", "applied": false}),
-        "submit" => {
-            if ledger.hold_submits.load(Ordering::SeqCst)
-                && let Ok(permit) = ledger.submit_gate.acquire().await
-            {
-                permit.forget();
-            }
-            ledger.submits.fetch_add(1, Ordering::SeqCst);
-            json!({"engine_result": "tesSUCCESS", "status": "success"})
-        }
-        "tx" => json!({
-            "hash": params["transaction"],
-            "validated": true,
-            "meta": {"TransactionResult": "tesSUCCESS", "delivered_amount": "100000"}
-        }),
-        _ => json!({"error": "unknownCmd", "status": "error"}),
-    };
-    axum::Json(json!({ "result": result }))
-}
-
-async fn start_ledger(payer: &str) -> (String, Arc<Ledger>) {
-    let ledger = Arc::new(Ledger {
-        payer: payer.to_owned(),
-        submits: AtomicU64::new(0),
-        hold_submits: std::sync::atomic::AtomicBool::new(false),
-        submit_gate: tokio::sync::Semaphore::new(0),
-    });
-    let app = axum::Router::new()
-        .route("/", post(rippled))
-        .with_state(ledger.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{address}/"), ledger)
-}
+pub use crate::support::rippled::{Ledger, start as start_ledger, vector_case};
 
 pub struct Shop {
     pub concert: concert::Running,

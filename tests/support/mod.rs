@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod origins;
+pub mod rippled;
 pub mod tls;
 
 use std::collections::HashMap;
