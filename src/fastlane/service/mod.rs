@@ -12,10 +12,12 @@
 //! [`FastLane`] owns all of it. Construct it once per configured lane and share it by `Arc`.
 
 pub mod clock;
+mod deposit;
 pub mod files;
 pub mod fingerprint;
 pub mod journal;
 pub mod limits;
+mod nft;
 pub mod policy;
 mod routes;
 pub mod session;
@@ -171,6 +173,10 @@ pub struct FastLane {
     payment_required: (String, String),
     config_json: String,
     secure_cookie: bool,
+    /// NFT challenges and leases (memory only).
+    nft: nft::NftState,
+    /// Deposit intents' check pacing and the market cache.
+    deposits: deposit::DepositState,
 }
 
 impl std::fmt::Debug for FastLane {
@@ -277,6 +283,8 @@ impl FastLane {
             resource,
             payment_required: (required_json, required_header),
             config_json,
+            nft: nft::NftState::default(),
+            deposits: deposit::DepositState::default(),
             settings,
         }))
     }

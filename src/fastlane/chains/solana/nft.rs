@@ -5,8 +5,11 @@
 use curve25519_dalek::edwards::CompressedEdwardsY;
 use sha2::{Digest as _, Sha256};
 
+use super::lookups::SolanaLookups;
 use super::transfer::{parse_key, signature_verifies};
 use super::wire::{KEY_LEN, SIGNATURE_LEN};
+use crate::fastlane::lookups::{ChainLookups as _, NftClaim, NftVerdict};
+use crate::fastlane::mechanism::ChainError;
 
 /// The token-metadata program (`metaqbxxUerdq28cj1RbAWkYQm3ybzjb6a8bt518x1s`).
 pub const METADATA_PROGRAM: &str = "metaqbxxUerdq28cj1RbAWkYQm3ybzjb6a8bt518x1s";
@@ -50,4 +53,16 @@ pub fn find_program_address(
 pub fn metadata_address(mint: &[u8; KEY_LEN]) -> Option<([u8; KEY_LEN], u8)> {
     let program = parse_key(METADATA_PROGRAM)?;
     find_program_address(&[b"metadata", &program, mint], &program)
+}
+
+/// Whether the claim's signature is the wallet's and the wallet holds the token.
+pub(super) async fn owner(
+    lookups: &SolanaLookups,
+    claim: &NftClaim,
+) -> Result<NftVerdict, ChainError> {
+    let _ = claim;
+    Err(ChainError::Unsupported {
+        network: lookups.network().to_owned(),
+        operation: "nft",
+    })
 }
