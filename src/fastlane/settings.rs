@@ -16,8 +16,8 @@ pub use examples::{
 };
 pub use validate::{
     FASTLANE_FILE, KNOWN_NETWORKS, MAX_FILE_BYTES, NETWORKS_FILE, fastlane_problems, is_mainnet,
-    load_files, networks_problems, parse_fastlane, parse_networks, validate_fastlane,
-    validate_networks,
+    load_files, networks_problems, parse_fastlane, parse_networks, takes_deposits,
+    validate_fastlane, validate_networks,
 };
 
 /// `fastlane.json`.

@@ -28,7 +28,7 @@ use super::facilitator::{DepositHit, DepositQuery, Facilitator, GatewayError};
 use super::lookups::{ChainLookups, NftClaim, NftVerdict, SellOffer};
 use super::mechanism::{BoxFuture, ChainError, Mechanism};
 use super::quote::QuoteKey;
-use super::settings::{FastlaneSettings, NetworkSettings, NetworksSettings, Offer};
+use super::settings::{FastlaneSettings, NetworkSettings, NetworksSettings, Offer, takes_deposits};
 use super::x402::{
     FacilitatorRequest, PaymentRequirements, SettleResponse, SupportedKind, VerifyResponse,
     X402_VERSION,
@@ -631,18 +631,6 @@ pub fn lookup_networks(settings: &FastlaneSettings) -> Vec<String> {
         add(&listing.network);
     }
     networks
-}
-
-/// Whether an offer can be paid by a plain transfer: it has no fixed destination tag (the
-/// tag is the session's), and on Stellar it pays an account rather than a contract.
-pub fn takes_deposits(offer: &Offer) -> bool {
-    let terms = &offer.requirements;
-    let fixed_tag = terms
-        .extra
-        .as_ref()
-        .is_some_and(|extra| extra.contains_key("destinationTag"));
-    let stellar_contract = terms.network.starts_with("stellar:") && !terms.pay_to.starts_with('G');
-    !fixed_tag && !stellar_contract
 }
 
 /// The lookups of every network [`lookup_networks`] names, each built by `factory` from its
