@@ -115,6 +115,12 @@ impl FastLane {
             "/shop" if readable => return self.shop(req.headers(), clock::now_unix()),
             "/market" if readable => return self.market(req.uri().query()).await,
             "/shop" | "/market" => return method_not_allowed("GET, HEAD"),
+            // A lane without collections offers no NFT admission at all.
+            "/nft/challenge" | "/nft/verify"
+                if self.settings.collections.is_empty() && *req.method() == Method::POST =>
+            {
+                return error(StatusCode::NOT_FOUND, "not_found");
+            }
             "/nft/challenge" => PostRoute::NftChallenge,
             "/nft/verify" => PostRoute::NftVerify,
             "/deposit" => PostRoute::Deposit,
