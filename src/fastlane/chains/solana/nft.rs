@@ -130,11 +130,12 @@ impl<'a> Borsh<'a> {
     }
 }
 
+/// A metadata record's `collection` field: whether the collection verified it, and its mint.
+pub type CollectionField = Option<(bool, [u8; KEY_LEN])>;
+
 /// The metadata record's mint and its collection as `(verified, key)`, if it names one.
 /// `None` when the record is not a well-formed `MetadataV1` up to its collection field.
-pub fn parse_metadata_collection(
-    data: &[u8],
-) -> Option<([u8; KEY_LEN], Option<(bool, [u8; KEY_LEN])>)> {
+pub fn parse_metadata_collection(data: &[u8]) -> Option<([u8; KEY_LEN], CollectionField)> {
     let mut reader = Borsh { rest: data };
     if reader.byte()? != METADATA_V1_KEY {
         return None;
@@ -332,7 +333,7 @@ mod tests {
     use super::*;
 
     /// A `MetadataV1` record as the metadata program lays it out, up to its collection.
-    fn metadata_record(mint: [u8; KEY_LEN], collection: Option<(bool, [u8; KEY_LEN])>) -> Vec<u8> {
+    fn metadata_record(mint: [u8; KEY_LEN], collection: CollectionField) -> Vec<u8> {
         let mut data = vec![METADATA_V1_KEY];
         data.extend([9u8; KEY_LEN]);
         data.extend(mint);
