@@ -80,7 +80,7 @@ pub struct Offer {
     pub deposit_only: bool,
 }
 
-/// An NFT collection whose holders are admitted (a later part; parsed and validated now).
+/// An NFT collection whose holders are admitted (see `service::nft` and each chain's `nft`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Collection {

@@ -115,6 +115,12 @@ impl FastLane {
             "/shop" if readable => return self.shop(req.headers(), clock::now_unix()),
             "/market" if readable => return self.market(req.uri().query()).await,
             "/shop" | "/market" => return method_not_allowed("GET, HEAD"),
+            // A lane without collections offers no NFT admission at all.
+            "/nft/challenge" | "/nft/verify"
+                if self.settings.collections.is_empty() && *req.method() == Method::POST =>
+            {
+                return error(StatusCode::NOT_FOUND, "not_found");
+            }
             "/nft/challenge" => PostRoute::NftChallenge,
             "/nft/verify" => PostRoute::NftVerify,
             "/deposit" => PostRoute::Deposit,
@@ -262,27 +268,40 @@ impl FastLane {
             return not_eligible;
         }
         let best = self.journal.best_settled(&session.id);
-        if let Some((fingerprint, pass_end)) = &best {
-            if *pass_end > now
-                && let Some(receipt) = self.journal.get(fingerprint)
-            {
-                return serde_json::json!({
-                    "eligible": true,
-                    "state": receipt.state.as_str(),
-                    "kind": "payment",
-                    "expires": format_rfc3339(*pass_end),
-                    "receipt": public_receipt(&receipt),
-                });
-            }
-            if let Some(window_end) = self.windows.get(fingerprint)
-                && window_end > now
-            {
-                return serde_json::json!({
-                    "eligible": true,
-                    "kind": "window",
-                    "expires": format_rfc3339(window_end),
-                });
-            }
+        if let Some((fingerprint, pass_end)) = &best
+            && *pass_end > now
+            && let Some(receipt) = self.journal.get(fingerprint)
+        {
+            return serde_json::json!({
+                "eligible": true,
+                "state": receipt.state.as_str(),
+                "kind": "payment",
+                "expires": format_rfc3339(*pass_end),
+                "receipt": public_receipt(&receipt),
+            });
+        }
+        let lease = self.nft.lease(&session.id);
+        if let Some(lease) = &lease
+            && lease.expires > now
+        {
+            return serde_json::json!({
+                "eligible": true,
+                "kind": "nft",
+                "expires": format_rfc3339(lease.expires),
+            });
+        }
+        let paid_window = best
+            .as_ref()
+            .and_then(|(fingerprint, _)| self.windows.get(fingerprint));
+        let nft_window = lease.and_then(|lease| self.windows.get(&lease.window_key));
+        if let Some(window_end) = paid_window.max(nft_window)
+            && window_end > now
+        {
+            return serde_json::json!({
+                "eligible": true,
+                "kind": "window",
+                "expires": format_rfc3339(window_end),
+            });
         }
         let latest = self
             .journal
