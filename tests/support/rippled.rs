@@ -51,7 +51,14 @@ pub struct Ledger {
 
 /// An `account_tx` entry: a validated, successful XRP payment of `drops` from `from` to
 /// `to` with `tag`, closed `age` seconds ago.
-pub fn incoming_payment(hash: &str, from: &str, to: &str, drops: u64, tag: Option<u32>, age: u64) -> Value {
+pub fn incoming_payment(
+    hash: &str,
+    from: &str,
+    to: &str,
+    drops: u64,
+    tag: Option<u32>,
+    age: u64,
+) -> Value {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

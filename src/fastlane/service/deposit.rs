@@ -231,8 +231,7 @@ impl FastLane {
                 return None;
             }
         }
-        let free = |reserved: &HashMap<String, (String, u64)>, key: &str| match reserved.get(key)
-        {
+        let free = |reserved: &HashMap<String, (String, u64)>, key: &str| match reserved.get(key) {
             Some((holder, ends)) => holder == session || *ends <= now,
             None => true,
         };
@@ -267,7 +266,9 @@ impl FastLane {
             }
             return None;
         }
-        let mac = self.keys.mac(&[format!("memo/{network}/{session}/{listing}").as_bytes()]);
+        let mac = self
+            .keys
+            .mac(&[format!("memo/{network}/{session}/{listing}").as_bytes()]);
         let head = mac.get(..5).unwrap_or(&mac);
         Some(Intent {
             amount,
@@ -581,7 +582,9 @@ impl FastLane {
 
     /// `GET /shop`: the listings, whether each is sold, and whether this session bought it.
     pub(super) fn shop(&self, headers: &HeaderMap, now: u64) -> Response<Body> {
-        let me = self.session_of(headers, now).map(|session| session.id_hex());
+        let me = self
+            .session_of(headers, now)
+            .map(|session| session.id_hex());
         let sold = self.deposits.sold.lock().clone();
         let listings: Vec<serde_json::Value> = self
             .settings
@@ -622,11 +625,10 @@ impl FastLane {
             .find(|(key, _)| key == "rule")
             .map(|(_, value)| value.into_owned())
             .unwrap_or_default();
-        let Some(collection) = self
-            .settings
-            .collections
-            .iter()
-            .find(|collection| collection.id == rule && collection.network.starts_with("xrpl:"))
+        let Some(collection) =
+            self.settings.collections.iter().find(|collection| {
+                collection.id == rule && collection.network.starts_with("xrpl:")
+            })
         else {
             return error(StatusCode::NOT_FOUND, "no_market_for_collection");
         };

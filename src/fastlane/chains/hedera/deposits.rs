@@ -163,14 +163,17 @@ mod tests {
             json!([{"account": "0.0.7", "amount": -1}, {"account": SHOP, "amount": 1e30}]),
             "",
         );
-        let page = json!({"transactions": [outgoing, failed, overflowing, null, {"result": "SUCCESS"}]});
+        let page =
+            json!({"transactions": [outgoing, failed, overflowing, null, {"result": "SUCCESS"}]});
         assert!(read_transactions(&page, SHOP, 0).is_empty());
         let recent = transaction(
             "recent",
             json!([{"account": "0.0.7", "amount": -10}, {"account": SHOP, "amount": 10}]),
             "",
         );
-        assert!(read_transactions(&json!({"transactions": [recent]}), SHOP, 1_796_637_601).is_empty());
+        assert!(
+            read_transactions(&json!({"transactions": [recent]}), SHOP, 1_796_637_601).is_empty()
+        );
     }
 
     #[test]

@@ -66,7 +66,11 @@ pub fn read_payments(page: &Value, pay_to: &str, since: u64) -> Vec<IncomingTran
 
 fn read_record(record: &Value, pay_to: &str, since: u64) -> Option<IncomingTransfer> {
     let text = |key: &str| record.get(key).and_then(Value::as_str);
-    if record.get("transaction_successful").and_then(Value::as_bool) != Some(true) {
+    if record
+        .get("transaction_successful")
+        .and_then(Value::as_bool)
+        != Some(true)
+    {
         return None;
     }
     let time = parse_rfc3339(text("created_at")?)?;
@@ -80,11 +84,7 @@ fn read_record(record: &Value, pay_to: &str, since: u64) -> Option<IncomingTrans
             }
             (text("from")?, text("to")?, text("amount")?)
         }
-        "create_account" => (
-            text("funder")?,
-            text("account")?,
-            text("starting_balance")?,
-        ),
+        "create_account" => (text("funder")?, text("account")?, text("starting_balance")?),
         _ => return None,
     };
     if receiver != pay_to || payer.is_empty() {
@@ -169,7 +169,15 @@ mod tests {
         assert_eq!(stroops("0.0000001"), Some(1));
         assert_eq!(stroops("5"), Some(50_000_000));
         assert_eq!(stroops("5."), Some(50_000_000));
-        for bad in ["", ".5", "1.00000001", "-1", "1e3", "x", "99999999999999999999"] {
+        for bad in [
+            "",
+            ".5",
+            "1.00000001",
+            "-1",
+            "1e3",
+            "x",
+            "99999999999999999999",
+        ] {
             assert_eq!(stroops(bad), None, "{bad}");
         }
     }
@@ -231,7 +239,11 @@ mod tests {
                 json!({"asset_type": "native", "from": SHOP, "to": "GOTHER", "amount": "1"}),
                 None,
             ),
-            record("account_merge", json!({"account": "GP", "into": SHOP}), None),
+            record(
+                "account_merge",
+                json!({"account": "GP", "into": SHOP}),
+                None,
+            ),
             failed,
             old,
         ];
