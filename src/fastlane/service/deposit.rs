@@ -98,6 +98,14 @@ pub(super) struct Intent {
     pub memo: String,
 }
 
+/// A deposit request with the offer that takes it, the price and the listing it names.
+struct Resolved<'a> {
+    request: DepositRequest,
+    offer: &'a Offer,
+    price: u64,
+    listing: Option<&'a Listing>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DepositRequest {
@@ -278,42 +286,57 @@ impl FastLane {
     }
 
     /// The offer, price and listing a deposit request names, or the refusal.
-    fn resolve_deposit<'a>(
-        &'a self,
-        body: &[u8],
-    ) -> Result<(DepositRequest, &'a Offer, u64, Option<&'a Listing>), Response<Body>> {
+    fn resolve_deposit<'a>(&'a self, body: &[u8]) -> Result<Resolved<'a>, Box<Response<Body>>> {
         let request: DepositRequest = serde_json::from_slice(body)
-            .map_err(|_| error(StatusCode::BAD_REQUEST, "invalid_deposit_request"))?;
+            .map_err(|_| Box::new(error(StatusCode::BAD_REQUEST, "invalid_deposit_request")))?;
         let offer = self
             .deposit_offer(&request.network)
-            .ok_or_else(|| error(StatusCode::BAD_REQUEST, "deposit_not_offered"))?;
+            .ok_or_else(|| Box::new(error(StatusCode::BAD_REQUEST, "deposit_not_offered")))?;
         if request.listing.is_empty() {
             let price = offer
                 .requirements
                 .amount
                 .parse()
-                .map_err(|_| error(StatusCode::BAD_REQUEST, "deposit_not_offered"))?;
-            return Ok((request, offer, price, None));
+                .map_err(|_| Box::new(error(StatusCode::BAD_REQUEST, "deposit_not_offered")))?;
+            return Ok(Resolved {
+                request,
+                offer,
+                price,
+                listing: None,
+            });
         }
         let listing = self
             .settings
             .listings
             .iter()
             .find(|listing| listing.id == request.listing)
-            .ok_or_else(|| error(StatusCode::NOT_FOUND, "unknown_listing"))?;
+            .ok_or_else(|| Box::new(error(StatusCode::NOT_FOUND, "unknown_listing")))?;
         if listing.network != request.network {
-            return Err(error(StatusCode::CONFLICT, "listing_network_mismatch"));
+            return Err(Box::new(error(
+                StatusCode::CONFLICT,
+                "listing_network_mismatch",
+            )));
         }
         let price = listing_price(listing, offer)
-            .ok_or_else(|| error(StatusCode::BAD_REQUEST, "deposit_not_offered"))?;
-        Ok((request, offer, price, Some(listing)))
+            .ok_or_else(|| Box::new(error(StatusCode::BAD_REQUEST, "deposit_not_offered")))?;
+        Ok(Resolved {
+            request,
+            offer,
+            price,
+            listing: Some(listing),
+        })
     }
 
     /// `POST /deposit {network, listing?}`.
     pub(super) fn deposit(&self, body: &[u8], session: &Session, now: u64) -> Response<Body> {
-        let (request, offer, price, listing) = match self.resolve_deposit(body) {
+        let Resolved {
+            request,
+            offer,
+            price,
+            listing,
+        } = match self.resolve_deposit(body) {
             Ok(resolved) => resolved,
-            Err(refusal) => return refusal,
+            Err(refusal) => return *refusal,
         };
         let listing_id = listing.map_or("", |listing| listing.id.as_str());
         if listing.is_some() && self.deposits.sold.lock().contains_key(listing_id) {
@@ -375,9 +398,14 @@ impl FastLane {
         client: IpAddr,
         now: u64,
     ) -> Response<Body> {
-        let (request, offer, price, listing) = match self.resolve_deposit(body) {
+        let Resolved {
+            request,
+            offer,
+            price,
+            listing,
+        } = match self.resolve_deposit(body) {
             Ok(resolved) => resolved,
-            Err(refusal) => return refusal,
+            Err(refusal) => return *refusal,
         };
         if !self.journal.is_healthy() {
             return error(StatusCode::SERVICE_UNAVAILABLE, "fast_lane_unavailable");
