@@ -90,7 +90,7 @@ pub struct Collection {
     pub collection: String,
 }
 
-/// An item sold by deposit (a later part; parsed and validated now).
+/// An item sold by deposit: the first transfer found for it buys it (see `service::deposit`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Listing {

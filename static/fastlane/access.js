@@ -405,6 +405,99 @@
     if (config.test_mode) { say("Test mode: payments use test networks."); }
   }
 
+  // Plain transfers: the session's own amount and reference for a network (and listing).
+  var currentDeposit = null;
+
+  async function showDeposit(network, listing) {
+    say("Getting your payment instructions…");
+    var response = await post("/deposit", {}, JSON.stringify({ network: network, listing: listing || "" }));
+    var body = await readJson(response);
+    if (!response.ok) { say("Transfers are not available now (" + (body.error || response.status) + ")."); return; }
+    currentDeposit = { network: network, listing: listing || "" };
+    $("deposit-amount").textContent = body.amount_display + " " + (UNITS[family(network)] || "");
+    $("deposit-address").textContent = body.address;
+    $("deposit-tag-line").hidden = !body.tag;
+    $("deposit-tag").textContent = body.tag ? String(body.tag) : "";
+    $("deposit-memo-line").hidden = !body.memo;
+    $("deposit-memo").textContent = body.memo || "";
+    if (typeof body.qr === "string" && body.qr.indexOf("data:image/png;base64,") === 0) {
+      $("deposit-qr").src = body.qr;
+    }
+    var hours = Math.round((body.lookback_seconds || 7200) / 3600);
+    $("deposit-lookback").textContent = hours + (hours === 1 ? " hour" : " hours");
+    $("deposit").hidden = false;
+    say(body.tag ? "Include the destination tag, or the transfer cannot be told apart." :
+      "Send the exact amount; add the memo if your wallet allows it.");
+  }
+
+  async function checkDeposit() {
+    if (!currentDeposit) { return; }
+    say("Looking for your transfer…");
+    var response = await post("/deposit/check", {}, JSON.stringify(currentDeposit));
+    var body = await readJson(response);
+    if (response.ok && body.eligible) {
+      if (response.headers.get("Concert-Listing-Conflict") === "1") {
+        say("Your payment arrived after the item was sold. You are in the fast lane; the merchant will contact you about the item.");
+        return;
+      }
+      done(body);
+      return;
+    }
+    if (response.ok) { say("Not seen on the ledger yet. Transfers take a few seconds; check again shortly."); return; }
+    if (response.status === 429) {
+      say("Checked a moment ago; try again in " + (response.headers.get("Retry-After") || "a few") + " seconds.");
+      return;
+    }
+    say("The transfer could not be checked now (" + (body.error || response.status) + "). Do not pay again.");
+  }
+
+  function showDeposits() {
+    var networks = config.deposit_networks || [];
+    if (!networks.length) { return; }
+    $("deposits").hidden = false;
+    var list = $("deposit-networks");
+    networks.forEach(function (network) {
+      var item = document.createElement("li");
+      var button = document.createElement("button");
+      button.type = "button";
+      button.textContent = "Pay with a transfer (" + (UNITS[family(network)] || network) + ", " + network + ")";
+      button.addEventListener("click", function () {
+        showDeposit(network, "").catch(function (e) { say("Something went wrong: " + e.message); });
+      });
+      item.appendChild(button);
+      list.appendChild(item);
+    });
+    $("deposit-check").addEventListener("click", function () {
+      checkDeposit().catch(function (e) { say("Something went wrong: " + e.message); });
+    });
+  }
+
+  async function showShop() {
+    var shop = await readJson(await fetch(BASE + "/shop", { credentials: "same-origin" }));
+    var listings = shop.listings || [];
+    if (!listings.length) { return; }
+    $("shop").hidden = false;
+    var list = $("listings");
+    listings.forEach(function (listing) {
+      var item = document.createElement("li");
+      var button = document.createElement("button");
+      button.type = "button";
+      button.textContent = listing.label + " — " + listing.price_display + " " + (UNITS[family(listing.network)] || "");
+      if (listing.bought) {
+        button.disabled = true;
+        button.textContent += " (yours)";
+      } else if (listing.sold) {
+        button.disabled = true;
+        button.textContent += " (sold)";
+      }
+      button.addEventListener("click", function () {
+        showDeposit(listing.network, listing.id).catch(function (e) { say("Something went wrong: " + e.message); });
+      });
+      item.appendChild(button);
+      list.appendChild(item);
+    });
+  }
+
   async function start() {
     $("back").href = returnTarget();
     $("retry").addEventListener("click", function () {
@@ -418,7 +511,9 @@
       return;
     }
     showOffers();
+    showDeposits();
     await startSession();
+    await showShop();
     var status = await readJson(await fetch(BASE + "/status", { credentials: "same-origin" }));
     if (status.eligible) {
       say(status.kind === "nft" ? "Your NFT already lets you into the fast lane." : "You are already in the fast lane.");

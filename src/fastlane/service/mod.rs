@@ -260,6 +260,7 @@ impl FastLane {
         }
         let max_records = usize::try_from(settings.max_records).unwrap_or(usize::MAX);
         let journal = Arc::new(Journal::open(options.data_dir, max_records)?);
+        let deposits = deposit::DepositState::from_journal(&journal);
         let windows = EntryWindows::new(options.entry_ttl.as_secs());
         windows.restore(options.data_dir, clock::now_unix());
         let config_json = if settings.enabled {
@@ -287,7 +288,7 @@ impl FastLane {
             payment_required: (required_json, required_header),
             config_json,
             nft: nft::NftState::default(),
-            deposits: deposit::DepositState::default(),
+            deposits,
             settings,
         }))
     }
@@ -450,8 +451,7 @@ fn public_config(settings: &FastlaneSettings, origin: &str, skip_url: &str) -> S
         "terms_url": settings.terms_url,
         "privacy_url": settings.privacy_url,
         "refund_url": settings.refund_url,
-        // Deposits are not offered by this build.
-        "deposit_networks": [],
+        "deposit_networks": deposit::deposit_networks(&settings.offers),
         "legacy_skip_url": skip_url,
     })
     .to_string()

@@ -618,7 +618,7 @@ impl FastLane {
     }
 
     /// Writes a journal line off the async workers (it fsyncs).
-    async fn record(&self, receipt: Receipt) -> Result<(), RecordError> {
+    pub(super) async fn record(&self, receipt: Receipt) -> Result<(), RecordError> {
         let journal = Arc::clone(&self.journal);
         tokio::task::spawn_blocking(move || journal.record(receipt))
             .await
