@@ -30,7 +30,7 @@ use super::policy::{Action, Screening};
 use super::routes::{error, json, receipt_answer, with_retry_after};
 use super::session::Session;
 use crate::fastlane::facilitator::{DepositHit, DepositQuery, DepositReference, GatewayError};
-use crate::fastlane::gateway::takes_deposits;
+use crate::fastlane::settings::takes_deposits;
 use crate::fastlane::settings::{Listing, Offer};
 use crate::fastlane::x402::{PaymentRequirements, SettleResponse};
 
