@@ -903,3 +903,135 @@ async fn help_describes_the_variables() {
     let wrong = run_client(&[], &["--bogus"], home.path()).await;
     assert_eq!(wrong.status, 2);
 }
+
+// ------------------------------------------------------------- Hedera payments
+
+/// A mirror node knowing one payer account (its key as the mirror reports it) and a few
+/// consensus nodes.
+async fn start_mirror(payer: &str, key_type: &str, key_hex: &str) -> String {
+    let account = json!({
+        "account": payer,
+        "key": {"_type": key_type, "key": key_hex},
+        "balance": {"balance": 10_000_000_000u64},
+        "deleted": false,
+    });
+    let payer = payer.to_owned();
+    let router = Router::new()
+        .route(
+            "/api/v1/accounts/{id}",
+            get(move |axum::extract::Path(id): axum::extract::Path<String>| {
+                let account = account.clone();
+                let known = id == payer;
+                async move {
+                    if known {
+                        (http::StatusCode::OK, Json(account))
+                    } else {
+                        (http::StatusCode::NOT_FOUND, Json(json!({})))
+                    }
+                }
+            }),
+        )
+        .route(
+            "/api/v1/network/nodes",
+            get(|| async {
+                let nodes: Vec<Value> = (3..=9)
+                    .map(|n| {
+                        json!({
+                            "node_account_id": format!("0.0.{n}"),
+                            "service_endpoints": [{"domain_name": "", "ip_address_v4": "127.0.0.1", "port": 50211}],
+                        })
+                    })
+                    .collect();
+                Json(json!({"nodes": nodes, "links": {"next": null}}))
+            }),
+        );
+    serve(router).await
+}
+
+#[tokio::test]
+async fn hedera_payments_built_by_the_client_pass_the_hedera_mechanisms_verification() {
+    use concert::fastlane::chains::hedera::HederaExact;
+    use concert::fastlane::client::payload::{Chain, build};
+    use concert::fastlane::client::{Family, Wallet};
+    use concert::fastlane::mechanism::Mechanism as _;
+    use concert::fastlane::settings::NetworkSettings;
+    use concert::fastlane::x402::{PaymentPayload, PaymentRequirements};
+
+    let sponsor = format!("302e020100300506032b657004220420{}", hex::encode([1u8; 32]));
+    let ed25519_secret = [0x42u8; 32];
+    let ed25519_public =
+        hex::encode(ed25519_dalek::SigningKey::from_bytes(&ed25519_secret).verifying_key().to_bytes());
+    let ecdsa_secret = [0x24u8; 32];
+    let ecdsa_public = hex::encode(
+        k256::ecdsa::SigningKey::from_slice(&ecdsa_secret)
+            .expect("key")
+            .verifying_key()
+            .to_encoded_point(true)
+            .as_bytes(),
+    );
+    let payers = [
+        (
+            "ED25519",
+            ed25519_public,
+            format!("302e020100300506032b657004220420{}", hex::encode(ed25519_secret)),
+        ),
+        (
+            "ECDSA_SECP256K1",
+            ecdsa_public,
+            format!("3030020100300706052b8104000a04220420{}", hex::encode(ecdsa_secret)),
+        ),
+    ];
+    let terms: PaymentRequirements = serde_json::from_value(json!({
+        "scheme": "exact",
+        "network": "hedera:testnet",
+        "amount": "50000000",
+        "asset": "0.0.0",
+        "payTo": "0.0.789",
+        "maxTimeoutSeconds": 60,
+        "extra": {"feePayer": "0.0.123"},
+    }))
+    .expect("terms");
+    for (kind, public, secret) in payers {
+        let mirror = start_mirror("0.0.1001", kind, &public).await;
+        let settings = NetworkSettings {
+            mirror: mirror.clone(),
+            fee_payer: "0.0.123".into(),
+            ..NetworkSettings::default()
+        };
+        let env: HashMap<String, String> = HashMap::from([
+            ("CONCERT_CLIENT_HBAR_ACCOUNT".to_owned(), "0.0.1001".to_owned()),
+            ("CONCERT_CLIENT_HBAR_KEY".to_owned(), secret),
+        ]);
+        let wallet = Wallet::from_env(&env, Family::Hedera).expect("wallet");
+        let chain = Chain {
+            network: "hedera:testnet",
+            settings: Some(&settings),
+            site: None,
+            session_headers: &[],
+        };
+        let payload = build(&wallet, &terms, &chain).await.expect("payload");
+        let payment = PaymentPayload {
+            x402_version: 2,
+            resource: None,
+            accepted: terms.clone(),
+            payload,
+            extensions: None,
+        };
+        let mechanism =
+            HederaExact::new("hedera:testnet", &settings, Some(&sponsor)).expect("mechanism");
+        let verdict = mechanism.verify(&payment, &terms).await.expect("a verdict");
+        assert!(verdict.is_valid, "{kind}: {verdict:?}");
+        assert_eq!(verdict.payer, "0.0.1001");
+
+        // Someone else's mirror record (another key) makes the same payment invalid.
+        let stranger = start_mirror("0.0.1001", "ED25519", &hex::encode([9u8; 32])).await;
+        let elsewhere = NetworkSettings {
+            mirror: stranger,
+            ..settings.clone()
+        };
+        let judge =
+            HederaExact::new("hedera:testnet", &elsewhere, Some(&sponsor)).expect("mechanism");
+        let verdict = judge.verify(&payment, &terms).await.expect("a verdict");
+        assert!(!verdict.is_valid, "{kind}");
+    }
+}
