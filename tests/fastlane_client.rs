@@ -959,8 +959,11 @@ async fn hedera_payments_built_by_the_client_pass_the_hedera_mechanisms_verifica
 
     let sponsor = format!("302e020100300506032b657004220420{}", hex::encode([1u8; 32]));
     let ed25519_secret = [0x42u8; 32];
-    let ed25519_public =
-        hex::encode(ed25519_dalek::SigningKey::from_bytes(&ed25519_secret).verifying_key().to_bytes());
+    let ed25519_public = hex::encode(
+        ed25519_dalek::SigningKey::from_bytes(&ed25519_secret)
+            .verifying_key()
+            .to_bytes(),
+    );
     let ecdsa_secret = [0x24u8; 32];
     let ecdsa_public = hex::encode(
         k256::ecdsa::SigningKey::from_slice(&ecdsa_secret)
@@ -973,12 +976,18 @@ async fn hedera_payments_built_by_the_client_pass_the_hedera_mechanisms_verifica
         (
             "ED25519",
             ed25519_public,
-            format!("302e020100300506032b657004220420{}", hex::encode(ed25519_secret)),
+            format!(
+                "302e020100300506032b657004220420{}",
+                hex::encode(ed25519_secret)
+            ),
         ),
         (
             "ECDSA_SECP256K1",
             ecdsa_public,
-            format!("3030020100300706052b8104000a04220420{}", hex::encode(ecdsa_secret)),
+            format!(
+                "3030020100300706052b8104000a04220420{}",
+                hex::encode(ecdsa_secret)
+            ),
         ),
     ];
     let terms: PaymentRequirements = serde_json::from_value(json!({
@@ -999,7 +1008,10 @@ async fn hedera_payments_built_by_the_client_pass_the_hedera_mechanisms_verifica
             ..NetworkSettings::default()
         };
         let env: HashMap<String, String> = HashMap::from([
-            ("CONCERT_CLIENT_HBAR_ACCOUNT".to_owned(), "0.0.1001".to_owned()),
+            (
+                "CONCERT_CLIENT_HBAR_ACCOUNT".to_owned(),
+                "0.0.1001".to_owned(),
+            ),
             ("CONCERT_CLIENT_HBAR_KEY".to_owned(), secret),
         ]);
         let wallet = Wallet::from_env(&env, Family::Hedera).expect("wallet");
@@ -1034,4 +1046,167 @@ async fn hedera_payments_built_by_the_client_pass_the_hedera_mechanisms_verifica
         let verdict = judge.verify(&payment, &terms).await.expect("a verdict");
         assert!(!verdict.is_valid, "{kind}");
     }
+}
+
+// ------------------------------------------------------------- Stellar payments
+
+/// A Soroban RPC that simulates a native-asset `transfer` as the network does: without
+/// authorisations it names the one the call needs (recording mode); either way it reports the
+/// resources and the contract's `transfer` event for the call it was given.
+async fn stellar_answer(Json(request): Json<Value>) -> Json<Value> {
+    use stellar_xdr::{
+        ContractEvent, ContractEventBody, ContractEventType, ContractEventV0, DiagnosticEvent,
+        ExtensionPoint, HostFunction, Limits, OperationBody, ReadXdr as _, ScAddress, ScSymbol,
+        ScVal, SorobanAddressCredentials, SorobanAuthorizationEntry, SorobanAuthorizedFunction,
+        SorobanAuthorizedInvocation, SorobanCredentials, TransactionEnvelope, WriteXdr as _,
+    };
+    let result = match request["method"].as_str().unwrap_or_default() {
+        "getLatestLedger" => json!({"id": "x", "protocolVersion": 23, "sequence": 5000}),
+        "simulateTransaction" => {
+            let bytes = STANDARD
+                .decode(
+                    request["params"]["transaction"]
+                        .as_str()
+                        .unwrap_or_default(),
+                )
+                .unwrap_or_default();
+            let Ok(TransactionEnvelope::Tx(envelope)) =
+                TransactionEnvelope::from_xdr(&bytes, Limits::none())
+            else {
+                return Json(
+                    json!({"jsonrpc": "2.0", "id": request["id"], "result": {"error": "bad envelope", "latestLedger": 5000}}),
+                );
+            };
+            let Some(OperationBody::InvokeHostFunction(op)) =
+                envelope.tx.operations.first().map(|op| op.body.clone())
+            else {
+                return Json(
+                    json!({"jsonrpc": "2.0", "id": request["id"], "result": {"error": "no invocation", "latestLedger": 5000}}),
+                );
+            };
+            let HostFunction::InvokeContract(call) = op.host_function else {
+                return Json(
+                    json!({"jsonrpc": "2.0", "id": request["id"], "result": {"error": "not a call", "latestLedger": 5000}}),
+                );
+            };
+            let ScVal::Address(from) = call.args[0].clone() else {
+                return Json(
+                    json!({"jsonrpc": "2.0", "id": request["id"], "result": {"error": "no from", "latestLedger": 5000}}),
+                );
+            };
+            let needed = SorobanAuthorizationEntry {
+                credentials: SorobanCredentials::Address(SorobanAddressCredentials {
+                    address: from.clone(),
+                    nonce: 7_070_707,
+                    signature_expiration_ledger: 0,
+                    signature: ScVal::Void,
+                }),
+                root_invocation: SorobanAuthorizedInvocation {
+                    function: SorobanAuthorizedFunction::ContractFn(call.clone()),
+                    sub_invocations: Default::default(),
+                },
+            };
+            let ScAddress::Contract(contract) = call.contract_address.clone() else {
+                return Json(
+                    json!({"jsonrpc": "2.0", "id": request["id"], "result": {"error": "no contract", "latestLedger": 5000}}),
+                );
+            };
+            let event = DiagnosticEvent {
+                in_successful_contract_call: true,
+                event: ContractEvent {
+                    ext: ExtensionPoint::V0,
+                    contract_id: Some(contract),
+                    type_: ContractEventType::Contract,
+                    body: ContractEventBody::V0(ContractEventV0 {
+                        topics: vec![
+                            ScVal::Symbol(ScSymbol("transfer".try_into().unwrap())),
+                            call.args[0].clone(),
+                            call.args[1].clone(),
+                        ]
+                        .try_into()
+                        .unwrap(),
+                        data: call.args[2].clone(),
+                    }),
+                },
+            };
+            let encode = |bytes: Vec<u8>| STANDARD.encode(bytes);
+            let auth = if op.auth.is_empty() {
+                vec![encode(needed.to_xdr(Limits::none()).unwrap())]
+            } else {
+                Vec::new()
+            };
+            json!({
+                "transactionData": "AAAAAAAAAAAAAAAAAA9CQAAAB9AAAAu4AAAAAAAATiA=",
+                "minResourceFee": "20000",
+                "events": [encode(event.to_xdr(Limits::none()).unwrap())],
+                "results": [{"auth": auth, "xdr": "AAAAAQ=="}],
+                "latestLedger": 5000,
+            })
+        }
+        _ => Value::Null,
+    };
+    Json(json!({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+}
+
+#[tokio::test]
+async fn a_stellar_payment_built_by_the_client_passes_the_stellar_mechanisms_verification() {
+    use concert::fastlane::chains::stellar::StellarExact;
+    use concert::fastlane::client::payload::{Chain, build};
+    use concert::fastlane::client::{Family, Wallet};
+    use concert::fastlane::mechanism::Mechanism as _;
+    use concert::fastlane::settings::NetworkSettings;
+    use concert::fastlane::x402::{PaymentPayload, PaymentRequirements};
+
+    let rpc = serve(Router::new().route("/", post(stellar_answer))).await;
+    let settings = NetworkSettings {
+        rpc: format!("{rpc}/"),
+        ..NetworkSettings::default()
+    };
+    let terms: PaymentRequirements = serde_json::from_value(json!({
+        "scheme": "exact",
+        "network": "stellar:testnet",
+        "amount": "1000000",
+        "asset": "CDLZFC3SYJYDZT7K67VZ75HPJVIEUVNIXF47ZG2FB2RMQQVU2HHGCYSC",
+        "payTo": "GDWUSKGGFDI4FRXK5EBTRECZSVQSSWJHHJOGH6JWG3AUMFFMQ435DIAG",
+        "maxTimeoutSeconds": 60,
+        "extra": {"areFeesSponsored": true},
+    }))
+    .expect("terms");
+    // The payer: a key of this test, not the sponsor's.
+    let payer_seed = stellar_strkey::ed25519::PrivateKey([0x11; 32])
+        .as_unredacted()
+        .to_string()
+        .as_str()
+        .to_owned();
+    let env: HashMap<String, String> =
+        HashMap::from([("CONCERT_CLIENT_XLM_SECRET".to_owned(), payer_seed)]);
+    let wallet = Wallet::from_env(&env, Family::Stellar).expect("wallet");
+    let chain = Chain {
+        network: "stellar:testnet",
+        settings: Some(&settings),
+        site: None,
+        session_headers: &[],
+    };
+    let payload = build(&wallet, &terms, &chain).await.expect("payload");
+    let payment = PaymentPayload {
+        x402_version: 2,
+        resource: None,
+        accepted: terms.clone(),
+        payload,
+        extensions: None,
+    };
+    let sponsor = "SABAEAQCAIBAEAQCAIBAEAQCAIBAEAQCAIBAEAQCAIBAEAQCAIBAFNE7";
+    let mechanism = StellarExact::new("stellar:testnet", &settings, sponsor).expect("mechanism");
+    let verdict = mechanism.verify(&payment, &terms).await.expect("a verdict");
+    assert!(verdict.is_valid, "{verdict:?}");
+    assert_eq!(verdict.payer, wallet.address());
+
+    // Another amount in the terms: the same payment is refused.
+    let mut dearer = terms.clone();
+    dearer.amount = "1000001".into();
+    let verdict = mechanism
+        .verify(&payment, &dearer)
+        .await
+        .expect("a verdict");
+    assert!(!verdict.is_valid);
 }

@@ -12,6 +12,7 @@
 pub mod payload;
 pub mod site;
 mod state;
+mod stellar;
 mod wallet;
 
 use std::path::{Path, PathBuf};

@@ -53,7 +53,11 @@ pub struct Chain<'a> {
 }
 
 impl Chain<'_> {
-    fn endpoint(&self, which: &str, pick: fn(&NetworkSettings) -> &str) -> Result<String, String> {
+    pub(super) fn endpoint(
+        &self,
+        which: &str,
+        pick: fn(&NetworkSettings) -> &str,
+    ) -> Result<String, String> {
         self.settings
             .map(pick)
             .filter(|url| !url.is_empty())
@@ -77,10 +81,7 @@ pub async fn build(
         Wallet::Xrpl(_) => xrpl(wallet, terms, chain).await,
         Wallet::Solana(_) => solana(wallet, terms, chain).await,
         Wallet::Hedera { .. } => hedera(wallet, terms, chain).await,
-        Wallet::Stellar(_) => Err(format!(
-            "paying on {} from the command line is not supported yet",
-            terms.network
-        )),
+        Wallet::Stellar(key) => super::stellar::build(key, terms, chain).await,
     }
 }
 
