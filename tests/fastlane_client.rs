@@ -50,6 +50,8 @@ async fn serve(router: Router) -> String {
 #[derive(Default)]
 struct Rippled {
     busy_simulations: AtomicU32,
+    /// Whether `simulate` finds the payment unfunded (a verdict of invalid).
+    unfunded: std::sync::atomic::AtomicBool,
     submitted: Mutex<Vec<String>>,
 }
 
@@ -76,6 +78,8 @@ async fn rippled_answer(State(ledger): State<Arc<Rippled>>, body: String) -> Jso
                 .is_ok();
             if busy {
                 json!({"error": "tooBusy", "error_message": "The server is too busy", "status": "error"})
+            } else if ledger.unfunded.load(Ordering::SeqCst) {
+                json!({"engine_result": "tecUNFUNDED_PAYMENT", "applied": false})
             } else {
                 json!({"engine_result": "tesSUCCESS", "applied": false})
             }
@@ -615,6 +619,25 @@ async fn each_guard_stops_the_client_before_any_payment_is_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_refused_on_its_first_arrival_is_dropped_not_retried() {
+    let (rpc, ledger) = start_rippled().await;
+    ledger.unfunded.store(true, Ordering::SeqCst);
+    let lane = start_lane("xrpl:1", xrpl_offer(), &rpc).await;
+    let env = client_env(&lane, "xrpl:1", ("CONCERT_CLIENT_XRP_SEED", XRP_SEED));
+    let ran = run_client(&env, &[], lane.data.path()).await;
+    assert_eq!(ran.status, 1, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("payment_not_verified"),
+        "{}",
+        ran.stderr
+    );
+    assert!(ran.stderr.contains("not taken"), "{}", ran.stderr);
+    assert_eq!(lane.relay.payments.lock().len(), 1);
+    assert_eq!(state_of(&lane.state_path)["payment"], json!(""));
+    assert!(ledger.submitted.lock().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_payment_whose_session_expired_is_neither_sent_nor_replaced() {
     let (rpc, ledger) = start_rippled().await;
     let lane = start_lane("xrpl:1", xrpl_offer(), &rpc).await;
@@ -816,6 +839,9 @@ async fn start_nft_site() -> (String, Arc<NftSite>) {
     (url, site)
 }
 
+/// A wallet's key variables and their values.
+type KeyVariables = Vec<(&'static str, String)>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nft_signs_the_challenge_with_each_chains_wallet_key() {
     let (origin, site) = start_nft_site().await;
@@ -825,7 +851,7 @@ async fn nft_signs_the_challenge_with_each_chains_wallet_key() {
     // The Stellar vectors' sponsor seed, used here only as some payer's key.
     let stellar = "SABAEAQCAIBAEAQCAIBAEAQCAIBAEAQCAIBAEAQCAIBAEAQCAIBAFNE7".to_owned();
     let hedera = format!("302e020100300506032b657004220420{}", hex::encode([3u8; 32]));
-    let runs: Vec<(&str, &str, Vec<(&str, String)>)> = vec![
+    let runs: Vec<(&str, &str, KeyVariables)> = vec![
         (
             "xrpl:1",
             "xrpl-punks",

@@ -434,7 +434,8 @@ async fn buy(
     network_settings: Option<&NetworkSettings>,
     retry: RetryPolicy,
 ) -> Result<String, String> {
-    if state.state.payment.is_empty() {
+    let fresh = state.state.payment.is_empty();
+    if fresh {
         let probe = site.post("/payment", &session.headers(), "").await?;
         if probe.status == 200 {
             eprintln!("This session already holds a pass; nothing was paid.");
@@ -516,15 +517,17 @@ async fn buy(
             state.path().display()
         );
     }
-    send_saved(site, session, state, retry).await
+    send_saved(site, session, state, retry, fresh).await
 }
 
-/// Sends the saved payment until its outcome is known or the attempts run out.
+/// Sends the saved payment until its outcome is known or the attempts run out. `fresh`: the
+/// payment was signed in this run, so before the first answer no site has seen it.
 async fn send_saved(
     site: &Site,
     session: &mut Session,
     state: &mut StateFile,
     retry: RetryPolicy,
+    fresh: bool,
 ) -> Result<String, String> {
     let header = state.state.payment.clone();
     let mut delay = retry.first_delay;
@@ -552,7 +555,10 @@ async fn send_saved(
                 state.save()?;
                 return Ok(pass_report(&answer.json(), &session.token));
             }
-            (409, "session_renewal_required") => {
+            (409, "session_renewal_required") | (401, _) => {
+                *session = Session::open(site, state).await?;
+            }
+            (403, "csrf_required" | "origin_rejected") => {
                 *session = Session::open(site, state).await?;
             }
             (503, _) | (409, "request_in_progress") | (429, _) => {
@@ -568,9 +574,10 @@ async fn send_saved(
                     state.path().display()
                 ));
             }
-            (400 | 402 | 403 | 404 | 413, _) => {
-                // A final refusal: the site did not take this payment and never will, so the
-                // saved copy is dropped and the next run starts afresh.
+            (400 | 402 | 403 | 404 | 413, _) if fresh && attempt == 1 => {
+                // Refused on its first arrival, before the site kept any record of it: it was
+                // not taken and never will be, so the saved copy is dropped and the next run
+                // starts afresh.
                 state.state.payment.clear();
                 state.save()?;
                 let why = if code == "quote_expired" {
@@ -580,6 +587,15 @@ async fn send_saved(
                 };
                 return Err(format!(
                     "{why}; it was not taken. Run the client again to pay afresh"
+                ));
+            }
+            (400 | 402 | 403 | 404 | 413, _) => {
+                // The site may have seen this payment before and now refuses it (its offers
+                // changed, say): whether it was charged is for the merchant to say.
+                return Err(format!(
+                    "the site now refuses this payment ({code}), which it may already have received. Do not pay again: \
+                     contact the merchant. The signed payment stays in {}; remove the file only once the merchant confirms it was not charged",
+                    state.path().display()
                 ));
             }
             _ => {
@@ -694,5 +710,77 @@ pub fn check_challenge(
         Err(format!(
             "the site's challenge is not an NFT admission challenge for {origin}, {network} and {address}; nothing was signed"
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|arg| arg.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments_name_an_nft_rule_and_token_or_nothing() {
+        assert_eq!(ClientArgs::parse(&[]), Ok(Some(ClientArgs::default())));
+        assert_eq!(ClientArgs::parse(&args(&["--help"])), Ok(None));
+        let parsed = ClientArgs::parse(&args(&["--nft", "punks", "--token=7"]))
+            .expect("parses")
+            .expect("not help");
+        assert_eq!(parsed.nft_rule.as_deref(), Some("punks"));
+        assert_eq!(parsed.token.as_deref(), Some("7"));
+        for wrong in [&["--token", "7"][..], &["--nft"], &["--nft="], &["pay"]] {
+            assert!(ClientArgs::parse(&args(wrong)).is_err(), "{wrong:?}");
+        }
+    }
+
+    #[test]
+    fn only_an_admission_challenge_for_this_site_network_and_wallet_is_signed() {
+        let message = "Concert NFT admission v1\nOrigin: https://shop.example\nNetwork: xrpl:1\nWallet: rAbc\nNonce: n";
+        assert!(check_challenge(message, "https://shop.example", "xrpl:1", "rAbc").is_ok());
+        assert!(check_challenge(message, "https://other.example", "xrpl:1", "rAbc").is_err());
+        assert!(check_challenge(message, "https://shop.example", "xrpl:0", "rAbc").is_err());
+        assert!(check_challenge(message, "https://shop.example", "xrpl:1", "rXyz").is_err());
+        let not_a_challenge = message.replacen("Concert NFT admission v1", "Payment", 1);
+        assert!(
+            check_challenge(&not_a_challenge, "https://shop.example", "xrpl:1", "rAbc").is_err()
+        );
+    }
+
+    #[test]
+    fn a_renewed_token_keeps_its_nonce() {
+        assert_eq!(session_nonce("abc.1700000000.mac"), "abc");
+        assert_ne!(session_nonce("abc.1.m"), session_nonce("abd.1.m"));
+    }
+
+    #[test]
+    fn origins_must_be_https_or_loopback_http_without_a_path() {
+        assert_eq!(
+            check_origin("https://shop.example/").as_deref(),
+            Ok("https://shop.example")
+        );
+        assert!(check_origin("http://127.0.0.1:8080").is_ok());
+        assert!(check_origin("http://localhost:8080").is_ok());
+        for wrong in [
+            "http://shop.example",
+            "https://shop.example/pay",
+            "https://user:pw@shop.example",
+            "ftp://shop.example",
+            "shop.example",
+        ] {
+            assert!(check_origin(wrong).is_err(), "{wrong}");
+        }
+    }
+
+    #[test]
+    fn the_default_state_is_one_file_per_site_and_network() {
+        let env: std::collections::HashMap<String, String> =
+            std::collections::HashMap::from([("HOME".to_owned(), "/home/buyer".to_owned())]);
+        let a = default_state_path(&env, "https://a.example", "xrpl:1").expect("path");
+        let b = default_state_path(&env, "https://b.example", "xrpl:1").expect("path");
+        let c = default_state_path(&env, "https://a.example", "xrpl:0").expect("path");
+        assert!(a.starts_with("/home/buyer/.local/state/concert"));
+        assert!(a != b && a != c);
     }
 }
