@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::lookups::{NftClaim, NftVerdict, SellOffer};
 use super::mechanism::BoxFuture;
 use super::x402::{FacilitatorRequest, SettleResponse, SupportedKind, VerifyResponse};
 
@@ -42,4 +43,70 @@ pub trait Facilitator: Send + Sync + 'static {
         &'a self,
         request: &'a Value,
     ) -> BoxFuture<'a, Result<Value, GatewayError>>;
+
+    /// `/nft/verify`: re-checks the challenge message's lines, then asks the claim's network
+    /// whether the signature is the wallet's and the wallet holds the token.
+    fn nft_verify<'a>(
+        &'a self,
+        claim: &'a NftClaim,
+    ) -> BoxFuture<'a, Result<NftVerdict, GatewayError>> {
+        let _ = claim;
+        Box::pin(std::future::ready(Err(GatewayError::Rejected(
+            "NFT admission is not offered".into(),
+        ))))
+    }
+
+    /// `/deposit/check`: the transfers that pay a session's deposit intent.
+    fn deposit_check<'a>(
+        &'a self,
+        query: &'a DepositQuery,
+    ) -> BoxFuture<'a, Result<Vec<DepositHit>, GatewayError>> {
+        let _ = query;
+        Box::pin(std::future::ready(Err(GatewayError::Rejected(
+            "deposits are not offered".into(),
+        ))))
+    }
+
+    /// `/market/sales`: open sell offers of a collection's NFTs.
+    fn market<'a>(
+        &'a self,
+        network: &'a str,
+        collection: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SellOffer>, GatewayError>> {
+        let _ = (network, collection);
+        Box::pin(std::future::ready(Err(GatewayError::Rejected(
+            "no market is offered".into(),
+        ))))
+    }
+}
+
+/// How a deposit intent is recognised on chain, besides its exact amount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DepositReference {
+    /// XRPL: the intent's destination tag.
+    Tag(u32),
+    /// Other chains: the intent's memo text.
+    Memo(String),
+}
+
+/// What `/deposit/check` looks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DepositQuery {
+    pub network: String,
+    pub pay_to: String,
+    /// The intent's amount (price plus the session's dust): a transfer of exactly this counts.
+    pub amount: u64,
+    /// A transfer carrying the session's reference counts when it pays at least `minimum`.
+    pub reference: DepositReference,
+    pub minimum: u64,
+    /// How far back to look, in seconds (capped by the gateway).
+    pub lookback_seconds: u64,
+}
+
+/// A transfer that pays a deposit intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DepositHit {
+    pub transaction: String,
+    pub payer: String,
+    pub amount: u64,
 }

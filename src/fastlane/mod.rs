@@ -21,6 +21,7 @@ pub mod commands;
 pub mod facilitator;
 pub mod gateway;
 pub mod live;
+pub mod lookups;
 pub mod mechanism;
 pub mod quote;
 pub mod service;

@@ -16,8 +16,8 @@ pub use examples::{
 };
 pub use validate::{
     FASTLANE_FILE, KNOWN_NETWORKS, MAX_FILE_BYTES, NETWORKS_FILE, fastlane_problems, is_mainnet,
-    load_files, networks_problems, parse_fastlane, parse_networks, validate_fastlane,
-    validate_networks,
+    load_files, networks_problems, parse_fastlane, parse_networks, takes_deposits,
+    validate_fastlane, validate_networks,
 };
 
 /// `fastlane.json`.
@@ -80,7 +80,7 @@ pub struct Offer {
     pub deposit_only: bool,
 }
 
-/// An NFT collection whose holders are admitted (a later part; parsed and validated now).
+/// An NFT collection whose holders are admitted (see `service::nft` and each chain's `nft`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Collection {
@@ -90,7 +90,7 @@ pub struct Collection {
     pub collection: String,
 }
 
-/// An item sold by deposit (a later part; parsed and validated now).
+/// An item sold by deposit: the first transfer found for it buys it (see `service::deposit`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Listing {

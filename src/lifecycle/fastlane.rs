@@ -14,7 +14,7 @@ use crate::admission::cookies::{TICKET, read_cookie};
 use crate::app::{App, BuildError};
 use crate::config::{self, Config};
 use crate::fastlane::chains::BuiltIn;
-use crate::fastlane::gateway::{Gateway, SettlementJournal, build_mechanisms};
+use crate::fastlane::gateway::{Gateway, SettlementJournal, build_lookups, build_mechanisms};
 use crate::fastlane::live::{LaneFiles, RunningLane, restore_file, write_file_atomically};
 use crate::fastlane::quote::QuoteKey;
 use crate::fastlane::service::policy::Policy;
@@ -119,9 +119,14 @@ fn build(
     let built = BuiltIn::new();
     let mechanisms = build_mechanisms(&settings, &networks, |request| built.build(request))
         .map_err(|e| format!("{}: {e}", files.networks.display()))?;
+    let lookups = build_lookups(&settings, &networks, |network, entry| {
+        built.lookups(network, entry)
+    })
+    .map_err(|e| format!("{}: {e}", files.networks.display()))?;
     let journal = SettlementJournal::open(data_dir).map_err(|e| e.to_string())?;
     let gateway = Gateway::new(&settings, mechanisms, journal)
         .map_err(|e| format!("{}: {e}", files.fastlane.display()))?
+        .with_lookups(lookups)
         .with_solana_preparer(built)
         .with_quote_key(QuoteKey::from_admit_secret(&secret));
     let lane = FastLane::new(FastLaneOptions {
@@ -286,6 +291,11 @@ fn check(
         let built = BuiltIn::new();
         if let Err(problem) = build_mechanisms(&fastlane, &networks, |request| built.build(request))
         {
+            problems.push(format!("{}: {problem}", files.networks.display()));
+        }
+        if let Err(problem) = build_lookups(&fastlane, &networks, |network, entry| {
+            built.lookups(network, entry)
+        }) {
             problems.push(format!("{}: {problem}", files.networks.display()));
         }
         if let Err(problem) = Policy::new(

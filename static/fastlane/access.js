@@ -291,6 +291,85 @@
     await sendPending();
   }
 
+  // Signatures may come back as base64 or as bytes; the server takes base64.
+  function signatureText(signature) {
+    if (typeof signature === "string") { return signature; }
+    var bytes = signature instanceof Uint8Array ? signature : new Uint8Array(signature || []);
+    var binary = "";
+    for (var i = 0; i < bytes.length; i++) { binary += String.fromCharCode(bytes[i]); }
+    return window.btoa(binary);
+  }
+
+  // NFT admission: challenge -> the wallet signs the message -> verify. A verified holder
+  // gets a lease of nft_pass_seconds; nothing is paid.
+  async function proveHolding(rule, tokenInput) {
+    var adapter = adapterFor(rule.network);
+    if (!adapter || !adapter.signMessage) { $("no-wallet").hidden = false; return; }
+    var token = tokenInput ? tokenInput.value.trim() : "";
+    if (rule.token === "required" && !token) {
+      say("Enter the NFT's mint address first.");
+      if (tokenInput) { tokenInput.focus(); }
+      return;
+    }
+    say("Connecting to your wallet…");
+    var account = await adapter.connect({ network: rule.network, collection: rule });
+    var asked = await post("/nft/challenge", {}, JSON.stringify({ rule: rule.id, address: account.address, token_id: token }));
+    var challenge = await readJson(asked);
+    if (!asked.ok) { say("The wallet could not be checked (" + (challenge.error || asked.status) + ")."); return; }
+    say("Sign the message in your wallet. It proves you hold the NFT and authorises no payment.");
+    var signed = await adapter.signMessage({ network: challenge.network, address: account.address, message: challenge.message });
+    var checked = await post("/nft/verify", {}, JSON.stringify({
+      nonce: challenge.nonce,
+      signature: signatureText(signed.signature),
+      public_key: signed.publicKey || ""
+    }));
+    var body = await readJson(checked);
+    if (checked.ok) {
+      var until = body.expires ? new Date(body.expires).toLocaleTimeString() : "";
+      say("Verified. You are in the fast lane" + (until ? " until " + until : "") + ". Taking you back…");
+      window.setTimeout(function () { window.location.assign(returnTarget()); }, 1500);
+      return;
+    }
+    var code = body.error || String(checked.status);
+    if (code === "ownership_not_verified") { say("That wallet does not hold an NFT of " + rule.label + "."); return; }
+    if (code === "challenge_expired_or_used") { say("The signed message expired; try again."); return; }
+    say("The NFT could not be checked now (" + code + "). Try again shortly.");
+  }
+
+  function showCollections() {
+    var rules = config.collections || [];
+    if (!rules.length) { return; }
+    var list = $("collections");
+    rules.forEach(function (rule) {
+      var item = document.createElement("li");
+      var tokenInput = null;
+      if (rule.token === "required" || rule.token === "optional") {
+        tokenInput = document.createElement("input");
+        tokenInput.type = "text";
+        tokenInput.maxLength = 128;
+        tokenInput.autocomplete = "off";
+        tokenInput.spellcheck = false;
+        tokenInput.placeholder = rule.token === "required" ? "NFT mint address" : "Token id (optional)";
+        tokenInput.setAttribute("aria-label", rule.label + ": " + tokenInput.placeholder);
+        item.appendChild(tokenInput);
+      }
+      var button = document.createElement("button");
+      button.type = "button";
+      button.textContent = "I hold " + rule.label;
+      var adapter = adapterFor(rule.network);
+      if (!adapter || !adapter.signMessage) {
+        button.disabled = true;
+        button.title = "No wallet adapter for " + rule.network;
+      }
+      button.addEventListener("click", function () {
+        proveHolding(rule, tokenInput).catch(function (e) { say("Something went wrong: " + e.message); });
+      });
+      item.appendChild(button);
+      list.appendChild(item);
+    });
+    $("nft").hidden = false;
+  }
+
   function showOffers() {
     $("merchant").textContent = config.merchant || "Fast lane";
     var minutes = Math.round((config.pass_seconds || 0) / 60);
@@ -319,8 +398,104 @@
       item.appendChild(button);
       list.appendChild(item);
     });
-    if (!anyAdapter) { $("no-wallet").hidden = false; }
+    showCollections();
+    if (!anyAdapter && !(config.collections || []).some(function (rule) { return adapterFor(rule.network); })) {
+      $("no-wallet").hidden = false;
+    }
     if (config.test_mode) { say("Test mode: payments use test networks."); }
+  }
+
+  // Plain transfers: the session's own amount and reference for a network (and listing).
+  var currentDeposit = null;
+
+  async function showDeposit(network, listing) {
+    say("Getting your payment instructions…");
+    var response = await post("/deposit", {}, JSON.stringify({ network: network, listing: listing || "" }));
+    var body = await readJson(response);
+    if (!response.ok) { say("Transfers are not available now (" + (body.error || response.status) + ")."); return; }
+    currentDeposit = { network: network, listing: listing || "" };
+    $("deposit-amount").textContent = body.amount_display + " " + (UNITS[family(network)] || "");
+    $("deposit-address").textContent = body.address;
+    $("deposit-tag-line").hidden = !body.tag;
+    $("deposit-tag").textContent = body.tag ? String(body.tag) : "";
+    $("deposit-memo-line").hidden = !body.memo;
+    $("deposit-memo").textContent = body.memo || "";
+    if (typeof body.qr === "string" && body.qr.indexOf("data:image/png;base64,") === 0) {
+      $("deposit-qr").src = body.qr;
+    }
+    var hours = Math.round((body.lookback_seconds || 7200) / 3600);
+    $("deposit-lookback").textContent = hours + (hours === 1 ? " hour" : " hours");
+    $("deposit").hidden = false;
+    say(body.tag ? "Include the destination tag, or the transfer cannot be told apart." :
+      "Send the exact amount; add the memo if your wallet allows it.");
+  }
+
+  async function checkDeposit() {
+    if (!currentDeposit) { return; }
+    say("Looking for your transfer…");
+    var response = await post("/deposit/check", {}, JSON.stringify(currentDeposit));
+    var body = await readJson(response);
+    if (response.ok && body.eligible) {
+      if (response.headers.get("Concert-Listing-Conflict") === "1") {
+        say("Your payment arrived after the item was sold. You are in the fast lane; the merchant will contact you about the item.");
+        return;
+      }
+      done(body);
+      return;
+    }
+    if (response.ok) { say("Not seen on the ledger yet. Transfers take a few seconds; check again shortly."); return; }
+    if (response.status === 429) {
+      say("Checked a moment ago; try again in " + (response.headers.get("Retry-After") || "a few") + " seconds.");
+      return;
+    }
+    say("The transfer could not be checked now (" + (body.error || response.status) + "). Do not pay again.");
+  }
+
+  function showDeposits() {
+    var networks = config.deposit_networks || [];
+    if (!networks.length) { return; }
+    $("deposits").hidden = false;
+    var list = $("deposit-networks");
+    networks.forEach(function (network) {
+      var item = document.createElement("li");
+      var button = document.createElement("button");
+      button.type = "button";
+      button.textContent = "Pay with a transfer (" + (UNITS[family(network)] || network) + ", " + network + ")";
+      button.addEventListener("click", function () {
+        showDeposit(network, "").catch(function (e) { say("Something went wrong: " + e.message); });
+      });
+      item.appendChild(button);
+      list.appendChild(item);
+    });
+    $("deposit-check").addEventListener("click", function () {
+      checkDeposit().catch(function (e) { say("Something went wrong: " + e.message); });
+    });
+  }
+
+  async function showShop() {
+    var shop = await readJson(await fetch(BASE + "/shop", { credentials: "same-origin" }));
+    var listings = shop.listings || [];
+    if (!listings.length) { return; }
+    $("shop").hidden = false;
+    var list = $("listings");
+    listings.forEach(function (listing) {
+      var item = document.createElement("li");
+      var button = document.createElement("button");
+      button.type = "button";
+      button.textContent = listing.label + " — " + listing.price_display + " " + (UNITS[family(listing.network)] || "");
+      if (listing.bought) {
+        button.disabled = true;
+        button.textContent += " (yours)";
+      } else if (listing.sold) {
+        button.disabled = true;
+        button.textContent += " (sold)";
+      }
+      button.addEventListener("click", function () {
+        showDeposit(listing.network, listing.id).catch(function (e) { say("Something went wrong: " + e.message); });
+      });
+      item.appendChild(button);
+      list.appendChild(item);
+    });
   }
 
   async function start() {
@@ -336,9 +511,13 @@
       return;
     }
     showOffers();
+    showDeposits();
     await startSession();
+    await showShop();
     var status = await readJson(await fetch(BASE + "/status", { credentials: "same-origin" }));
-    if (status.eligible) { say("You are already in the fast lane."); }
+    if (status.eligible) {
+      say(status.kind === "nft" ? "Your NFT already lets you into the fast lane." : "You are already in the fast lane.");
+    }
     if (pending()) {
       $("pending").hidden = false;
       say("A payment from earlier is waiting for its result; retrying sends the same payment.");

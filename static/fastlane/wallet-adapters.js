@@ -7,10 +7,15 @@
 //
 // Each adapter is an object with three async functions:
 //
-//   connect({network, offer})            -> {address}
-//       Ask the wallet for the account that will pay.
+//   connect({network, offer, collection}) -> {address}
+//       Ask the wallet for the account that will pay (offer) or that holds the NFT (collection).
 //   signMessage({network, address, message}) -> {signature, publicKey}
-//       Sign a plain-text message (not used for payments; reserved for ownership proofs).
+//       Sign the plain-text NFT admission challenge (never used for payments). `signature` is
+//       base64 (or a Uint8Array of its bytes): XRPL the DER or ed25519 signature over the
+//       message bytes; Stellar the SEP-53 signature; Hedera 64 bytes (ed25519 over the
+//       message, or secp256k1 r||s over its keccak-256); Solana ed25519 over the message
+//       bytes. `publicKey` is what the wallet reports: the hex key on XRPL (required) and
+//       Hedera (optional); Stellar and Solana may leave it empty (the address is the key).
 //   createPaymentPayload({network, address, requirements, resource, prepare})
 //       -> the mechanism-specific signed payload object that goes into the x402 payment's
 //          "payload" member, e.g. {"signedTxBlob": "..."} on XRPL or {"transaction": "..."}

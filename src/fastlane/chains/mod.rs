@@ -17,7 +17,9 @@ use serde_json::Value;
 
 use super::facilitator::GatewayError;
 use super::gateway::{MechanismRequest, SolanaPreparer};
+use super::lookups::ChainLookups;
 use super::mechanism::{BoxFuture, Mechanism};
+use super::settings::NetworkSettings;
 use super::x402::PaymentRequirements;
 use crate::config::{EnvSource, ProcessEnv};
 
@@ -112,6 +114,32 @@ impl BuiltIn {
                 request.network, request.scheme
             )),
         }
+    }
+}
+
+impl BuiltIn {
+    /// The factory [`super::gateway::build_lookups`] calls: the read-only lookups of one
+    /// network. They need no secret.
+    pub fn lookups(
+        &self,
+        network: &str,
+        settings: &NetworkSettings,
+    ) -> Result<Arc<dyn ChainLookups>, String> {
+        let named = |e: super::mechanism::ChainError| format!("{network}: {e}");
+        let lookups: Arc<dyn ChainLookups> = match network.split(':').next().unwrap_or_default() {
+            "xrpl" => Arc::new(xrpl::lookups::XrplLookups::new(network, settings).map_err(named)?),
+            "stellar" => {
+                Arc::new(stellar::lookups::StellarLookups::new(network, settings).map_err(named)?)
+            }
+            "hedera" => {
+                Arc::new(hedera::lookups::HederaLookups::new(network, settings).map_err(named)?)
+            }
+            "solana" => {
+                Arc::new(solana::lookups::SolanaLookups::new(network, settings).map_err(named)?)
+            }
+            _ => return Err(format!("{network}: no lookups for this network")),
+        };
+        Ok(lookups)
     }
 }
 

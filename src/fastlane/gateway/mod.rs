@@ -9,7 +9,9 @@
 //! grace, so a client that goes away cannot cut a settlement short; [`Gateway::close`] waits
 //! for those tasks.
 
+pub mod deposits;
 pub mod journal;
+pub mod nft;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,10 +24,11 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::canonical::settlement_id;
-use super::facilitator::{Facilitator, GatewayError};
+use super::facilitator::{DepositHit, DepositQuery, Facilitator, GatewayError};
+use super::lookups::{ChainLookups, NftClaim, NftVerdict, SellOffer};
 use super::mechanism::{BoxFuture, ChainError, Mechanism};
 use super::quote::QuoteKey;
-use super::settings::{FastlaneSettings, NetworkSettings, NetworksSettings, Offer};
+use super::settings::{FastlaneSettings, NetworkSettings, NetworksSettings, Offer, takes_deposits};
 use super::x402::{
     FacilitatorRequest, PaymentRequirements, SettleResponse, SupportedKind, VerifyResponse,
     X402_VERSION,
@@ -146,6 +149,8 @@ struct Inner {
     journal: Arc<SettlementJournal>,
     network_locks: HashMap<String, Arc<AsyncMutex<()>>>,
     solana: Option<Arc<dyn SolanaPreparer>>,
+    /// Read-only lookups by network, for NFT admission, deposits and the market.
+    lookups: HashMap<String, Arc<dyn ChainLookups>>,
     settle_grace: Duration,
     closing: AtomicBool,
     settles: TaskTracker,
@@ -211,6 +216,7 @@ impl Gateway {
                 journal: Arc::new(journal),
                 network_locks,
                 solana: None,
+                lookups: HashMap::new(),
                 settle_grace: SETTLE_GRACE,
                 closing: AtomicBool::new(false),
                 settles: TaskTracker::new(),
@@ -222,6 +228,17 @@ impl Gateway {
     pub fn with_solana_preparer(mut self, preparer: Arc<dyn SolanaPreparer>) -> Gateway {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.solana = Some(preparer);
+        }
+        self
+    }
+
+    /// Adds the read-only lookups of the networks collections, deposits and listings use.
+    /// Only before the gateway is shared.
+    pub fn with_lookups(mut self, lookups: Vec<Arc<dyn ChainLookups>>) -> Gateway {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            for lookup in lookups {
+                inner.lookups.insert(lookup.network().to_owned(), lookup);
+            }
         }
         self
     }
@@ -560,6 +577,81 @@ impl Facilitator for Gateway {
             }
         })
     }
+
+    fn nft_verify<'a>(
+        &'a self,
+        claim: &'a NftClaim,
+    ) -> BoxFuture<'a, Result<NftVerdict, GatewayError>> {
+        Box::pin(nft::verify(&self.inner, claim))
+    }
+
+    fn deposit_check<'a>(
+        &'a self,
+        query: &'a DepositQuery,
+    ) -> BoxFuture<'a, Result<Vec<DepositHit>, GatewayError>> {
+        Box::pin(deposits::check(&self.inner, query))
+    }
+
+    fn market<'a>(
+        &'a self,
+        network: &'a str,
+        collection: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SellOffer>, GatewayError>> {
+        Box::pin(deposits::market(&self.inner, network, collection))
+    }
+}
+
+impl Inner {
+    /// The lookups of `network`, or the refusal a request naming an unconfigured one gets.
+    fn lookups_of(&self, network: &str) -> Result<&Arc<dyn ChainLookups>, GatewayError> {
+        self.lookups
+            .get(network)
+            .ok_or_else(|| rejected(format!("no lookups for {network}")))
+    }
+}
+
+/// The networks that need read-only lookups: those of collections, of offers that take
+/// deposits and of listings, each once.
+pub fn lookup_networks(settings: &FastlaneSettings) -> Vec<String> {
+    let mut networks: Vec<String> = Vec::new();
+    let mut add = |network: &str| {
+        if !networks.iter().any(|known| known == network) {
+            networks.push(network.to_owned());
+        }
+    };
+    for collection in &settings.collections {
+        add(&collection.network);
+    }
+    for offer in &settings.offers {
+        if takes_deposits(offer) {
+            add(&offer.requirements.network);
+        }
+    }
+    for listing in &settings.listings {
+        add(&listing.network);
+    }
+    networks
+}
+
+/// The lookups of every network [`lookup_networks`] names, each built by `factory` from its
+/// `networks.json` entry (a network missing there is an error).
+pub fn build_lookups<F>(
+    fastlane: &FastlaneSettings,
+    networks: &NetworksSettings,
+    mut factory: F,
+) -> Result<Vec<Arc<dyn ChainLookups>>, String>
+where
+    F: FnMut(&str, &NetworkSettings) -> Result<Arc<dyn ChainLookups>, String>,
+{
+    lookup_networks(fastlane)
+        .iter()
+        .map(|network| {
+            let settings = networks.get(network).ok_or_else(|| {
+                format!("networks.json has no entry for {network:?}, which a collection, deposit offer or listing uses")
+            })?;
+            factory(network, settings)
+        })
+        .collect()
 }
 
 #[cfg(test)]

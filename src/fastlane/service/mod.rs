@@ -12,10 +12,12 @@
 //! [`FastLane`] owns all of it. Construct it once per configured lane and share it by `Arc`.
 
 pub mod clock;
+mod deposit;
 pub mod files;
 pub mod fingerprint;
 pub mod journal;
 pub mod limits;
+mod nft;
 pub mod policy;
 mod routes;
 pub mod session;
@@ -32,6 +34,7 @@ use futures_util::future::Shared;
 use http::{HeaderMap, HeaderName};
 use parking_lot::Mutex;
 
+pub use self::nft::{CHALLENGE_SECONDS, MAX_CHALLENGES, MAX_LEASES, NFT_VERIFY_TIMEOUT};
 pub use self::routes::{
     MAX_BODY_BYTES, MAX_PAYMENT_HEADER_BYTES, MAX_SETTLING, QUOTE_SECONDS, SETTLE_WAIT_GRACE,
     VERIFY_TIMEOUT, reloading_answer,
@@ -76,6 +79,8 @@ pub const STRIPPED_COOKIE: &str = FASTLANE;
 pub enum GrantKind {
     /// A settled payment whose pass is running.
     Payment,
+    /// A verified NFT holder's lease is running.
+    Nft,
     /// The pass ended but its entry window is still open.
     Window,
 }
@@ -171,6 +176,10 @@ pub struct FastLane {
     payment_required: (String, String),
     config_json: String,
     secure_cookie: bool,
+    /// NFT challenges and leases (memory only).
+    nft: nft::NftState,
+    /// Deposit intents' check pacing and the market cache.
+    deposits: deposit::DepositState,
 }
 
 impl std::fmt::Debug for FastLane {
@@ -251,6 +260,7 @@ impl FastLane {
         }
         let max_records = usize::try_from(settings.max_records).unwrap_or(usize::MAX);
         let journal = Arc::new(Journal::open(options.data_dir, max_records)?);
+        let deposits = deposit::DepositState::from_journal(&journal);
         let windows = EntryWindows::new(options.entry_ttl.as_secs());
         windows.restore(options.data_dir, clock::now_unix());
         let config_json = if settings.enabled {
@@ -277,6 +287,8 @@ impl FastLane {
             resource,
             payment_required: (required_json, required_header),
             config_json,
+            nft: nft::NftState::default(),
+            deposits,
             settings,
         }))
     }
@@ -368,19 +380,35 @@ impl FastLane {
             return None;
         }
         let session = self.keys.verify(token, now_unix)?;
-        let (fingerprint, pass_end) = self.journal.best_settled(&session.id)?;
-        if pass_end > now_unix {
-            let window_end = self
-                .windows
-                .open_or_get(&fingerprint, now_unix)
-                .unwrap_or(0);
+        let paid = self.journal.best_settled(&session.id);
+        if let Some((fingerprint, pass_end)) = &paid
+            && *pass_end > now_unix
+        {
+            let window_end = self.windows.open_or_get(fingerprint, now_unix).unwrap_or(0);
             return Some(Grant {
                 kind: GrantKind::Payment,
                 session: session.id,
-                expires: pass_end.max(window_end),
+                expires: (*pass_end).max(window_end),
             });
         }
-        let window_end = self.windows.get(&fingerprint)?;
+        // A session that never verified an NFT pays one counter read here.
+        let lease = self.nft.lease(&session.id);
+        if let Some(lease) = &lease
+            && lease.expires > now_unix
+        {
+            let window_end = self
+                .windows
+                .open_or_get(&lease.window_key, now_unix)
+                .unwrap_or(0);
+            return Some(Grant {
+                kind: GrantKind::Nft,
+                session: session.id,
+                expires: lease.expires.max(window_end),
+            });
+        }
+        let paid_window = paid.and_then(|(fingerprint, _)| self.windows.get(&fingerprint));
+        let nft_window = lease.and_then(|lease| self.windows.get(&lease.window_key));
+        let window_end = paid_window.max(nft_window)?;
         (window_end > now_unix).then_some(Grant {
             kind: GrantKind::Window,
             session: session.id,
@@ -417,18 +445,40 @@ fn public_config(settings: &FastlaneSettings, origin: &str, skip_url: &str) -> S
         "screening": !(settings.test_mode && settings.policy_url.is_empty()),
         "merchant": settings.merchant,
         "offers": offers,
-        // NFT admission is not offered by this build: no collections are announced.
-        "collections": [],
+        "collections": public_collections(settings),
         "pass_seconds": settings.pass_seconds,
         "nft_pass_seconds": settings.nft_pass_seconds,
         "terms_url": settings.terms_url,
         "privacy_url": settings.privacy_url,
         "refund_url": settings.refund_url,
-        // Deposits are not offered by this build.
-        "deposit_networks": [],
+        "deposit_networks": deposit::deposit_networks(&settings.offers),
         "legacy_skip_url": skip_url,
     })
     .to_string()
+}
+
+/// The collections whose holders are admitted, as the access page offers them.
+fn public_collections(settings: &FastlaneSettings) -> Vec<serde_json::Value> {
+    settings
+        .collections
+        .iter()
+        .map(|collection| {
+            let chain = collection.network.split(':').next().unwrap_or_default();
+            serde_json::json!({
+                "id": collection.id,
+                "label": collection.label,
+                "network": collection.network,
+                "collection": collection.collection,
+                // What the page must ask for: Solana needs the NFT's mint, Stellar takes
+                // none, the others take an optional token id.
+                "token": match chain {
+                    "solana" => "required",
+                    "stellar" => "none",
+                    _ => "optional",
+                },
+            })
+        })
+        .collect()
 }
 
 /// `GET /_concert/config` when no lane is configured.

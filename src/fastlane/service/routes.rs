@@ -65,10 +65,14 @@ const QUOTE_EXPIRED: &str = "quote_expired";
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(45);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PostRoute {
+pub(super) enum PostRoute {
     Session,
     Payment,
     SolanaPrepare,
+    NftChallenge,
+    NftVerify,
+    Deposit,
+    DepositCheck,
 }
 
 impl FastLane {
@@ -108,17 +112,19 @@ impl FastLane {
             "/session" => PostRoute::Session,
             "/payment" => PostRoute::Payment,
             "/solana/prepare" => PostRoute::SolanaPrepare,
-            // Shop and market belong to deposits, which this build does not offer.
-            "/shop" | "/market" if readable => return error(StatusCode::NOT_FOUND, "not_found"),
+            "/shop" if readable => return self.shop(req.headers(), clock::now_unix()),
+            "/market" if readable => return self.market(req.uri().query()).await,
             "/shop" | "/market" => return method_not_allowed("GET, HEAD"),
-            // NFT admission and deposits are not offered by this build.
-            "/deposit" | "/deposit/check" | "/nft/challenge" | "/nft/verify" => {
-                return if *req.method() == Method::POST {
-                    error(StatusCode::NOT_FOUND, "not_found")
-                } else {
-                    method_not_allowed("POST")
-                };
+            // A lane without collections offers no NFT admission at all.
+            "/nft/challenge" | "/nft/verify"
+                if self.settings.collections.is_empty() && *req.method() == Method::POST =>
+            {
+                return error(StatusCode::NOT_FOUND, "not_found");
             }
+            "/nft/challenge" => PostRoute::NftChallenge,
+            "/nft/verify" => PostRoute::NftVerify,
+            "/deposit" => PostRoute::Deposit,
+            "/deposit/check" => PostRoute::DepositCheck,
             _ => return error(StatusCode::NOT_FOUND, "not_found"),
         };
         if *req.method() != Method::POST {
@@ -210,6 +216,10 @@ impl FastLane {
                     .await
             }
             PostRoute::SolanaPrepare => self.solana_prepare(&body, &session, now).await,
+            PostRoute::NftChallenge => self.nft_challenge(&body, &session, now),
+            PostRoute::NftVerify => self.nft_verify(&body, &session, client, now).await,
+            PostRoute::Deposit => self.deposit(&body, &session, now),
+            PostRoute::DepositCheck => self.deposit_check(&body, &session, client, now).await,
             PostRoute::Session => error(StatusCode::NOT_FOUND, "not_found"),
         }
     }
@@ -258,27 +268,40 @@ impl FastLane {
             return not_eligible;
         }
         let best = self.journal.best_settled(&session.id);
-        if let Some((fingerprint, pass_end)) = &best {
-            if *pass_end > now
-                && let Some(receipt) = self.journal.get(fingerprint)
-            {
-                return serde_json::json!({
-                    "eligible": true,
-                    "state": receipt.state.as_str(),
-                    "kind": "payment",
-                    "expires": format_rfc3339(*pass_end),
-                    "receipt": public_receipt(&receipt),
-                });
-            }
-            if let Some(window_end) = self.windows.get(fingerprint)
-                && window_end > now
-            {
-                return serde_json::json!({
-                    "eligible": true,
-                    "kind": "window",
-                    "expires": format_rfc3339(window_end),
-                });
-            }
+        if let Some((fingerprint, pass_end)) = &best
+            && *pass_end > now
+            && let Some(receipt) = self.journal.get(fingerprint)
+        {
+            return serde_json::json!({
+                "eligible": true,
+                "state": receipt.state.as_str(),
+                "kind": "payment",
+                "expires": format_rfc3339(*pass_end),
+                "receipt": public_receipt(&receipt),
+            });
+        }
+        let lease = self.nft.lease(&session.id);
+        if let Some(lease) = &lease
+            && lease.expires > now
+        {
+            return serde_json::json!({
+                "eligible": true,
+                "kind": "nft",
+                "expires": format_rfc3339(lease.expires),
+            });
+        }
+        let paid_window = best
+            .as_ref()
+            .and_then(|(fingerprint, _)| self.windows.get(fingerprint));
+        let nft_window = lease.and_then(|lease| self.windows.get(&lease.window_key));
+        if let Some(window_end) = paid_window.max(nft_window)
+            && window_end > now
+        {
+            return serde_json::json!({
+                "eligible": true,
+                "kind": "window",
+                "expires": format_rfc3339(window_end),
+            });
         }
         let latest = self
             .journal
@@ -595,7 +618,7 @@ impl FastLane {
     }
 
     /// Writes a journal line off the async workers (it fsyncs).
-    async fn record(&self, receipt: Receipt) -> Result<(), RecordError> {
+    pub(super) async fn record(&self, receipt: Receipt) -> Result<(), RecordError> {
         let journal = Arc::clone(&self.journal);
         tokio::task::spawn_blocking(move || journal.record(receipt))
             .await
@@ -757,7 +780,7 @@ pub(crate) fn decode_payment_header(raw: &[u8]) -> Result<DecodedPayment, Header
 }
 
 /// What a client learns about a receipt.
-fn public_receipt(receipt: &Receipt) -> serde_json::Value {
+pub(super) fn public_receipt(receipt: &Receipt) -> serde_json::Value {
     serde_json::json!({
         "fingerprint": receipt.fingerprint,
         "state": receipt.state.as_str(),
@@ -774,7 +797,7 @@ fn public_receipt(receipt: &Receipt) -> serde_json::Value {
 
 /// 200 `{eligible, expires, receipt}` and, when the settlement answer is known,
 /// `PAYMENT-RESPONSE`.
-fn receipt_answer(receipt: &Receipt, now: u64) -> Response<Body> {
+pub(super) fn receipt_answer(receipt: &Receipt, now: u64) -> Response<Body> {
     let body = serde_json::json!({
         "eligible": receipt.is_live(now),
         "expires": format_rfc3339(receipt.expires),
@@ -791,7 +814,7 @@ fn receipt_answer(receipt: &Receipt, now: u64) -> Response<Body> {
 }
 
 /// Routes without a body accept none, `{}`, or whitespace; anything else is refused.
-fn empty_body(body: &[u8]) -> Result<(), Box<Response<Body>>> {
+pub(super) fn empty_body(body: &[u8]) -> Result<(), Box<Response<Body>>> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Nothing {}
@@ -820,7 +843,7 @@ fn add_common_headers(headers: &mut HeaderMap) {
     );
 }
 
-fn json(status: StatusCode, body: String) -> Response<Body> {
+pub(super) fn json(status: StatusCode, body: String) -> Response<Body> {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -849,7 +872,7 @@ pub fn reloading_answer() -> Response<Body> {
 /// The `Retry-After` of [`reloading_answer`].
 const RELOAD_RETRY_SECONDS: u32 = 5;
 
-fn method_not_allowed(allow: &'static str) -> Response<Body> {
+pub(super) fn method_not_allowed(allow: &'static str) -> Response<Body> {
     let mut response = error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
     response
         .headers_mut()
@@ -857,7 +880,7 @@ fn method_not_allowed(allow: &'static str) -> Response<Body> {
     response
 }
 
-fn with_retry_after(mut response: Response<Body>, seconds: u32) -> Response<Body> {
+pub(super) fn with_retry_after(mut response: Response<Body>, seconds: u32) -> Response<Body> {
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(seconds));

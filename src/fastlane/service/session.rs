@@ -68,7 +68,8 @@ impl SessionKeys {
         SessionKeys { prefixed }
     }
 
-    fn mac_raw(&self, parts: &[&[u8]]) -> [u8; 32] {
+    /// `mac(x)` as raw bytes (deposit intents take numbers from it).
+    pub(crate) fn mac_raw(&self, parts: &[&[u8]]) -> [u8; 32] {
         let mut mac = self.prefixed.clone();
         for part in parts {
             mac.update(part);

@@ -667,7 +667,7 @@ fn is_xrpl_collection(text: &str) -> bool {
 
 /// An offer takes deposits when visitors can be told apart by amount or memo: no fixed
 /// destination tag, and on Stellar an account (a contract cannot carry a memo).
-fn takes_deposits(offer: &Offer) -> bool {
+pub fn takes_deposits(offer: &Offer) -> bool {
     let terms = &offer.requirements;
     let fixed_tag = terms
         .extra

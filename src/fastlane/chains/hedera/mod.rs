@@ -9,7 +9,10 @@
 //! - `node`: the consensus node's gRPC calls;
 //! - this module: [`HederaExact`], the [`Mechanism`].
 
+pub mod deposits;
 pub mod keys;
+pub mod lookups;
+pub mod nft;
 pub mod node;
 pub mod payment;
 pub mod proto;

@@ -11,6 +11,8 @@
 //! hash, and the endpoint is asked for that hash before anything is judged or sent, so an
 //! endpoint of another cluster can never confirm or receive a payment.
 
+pub mod deposits;
+pub mod lookups;
 pub mod nft;
 pub mod transfer;
 pub mod wire;

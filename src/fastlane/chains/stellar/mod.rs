@@ -11,6 +11,9 @@
 //! A settlement that does not reach `SUCCESS` within the payment's time limit is reported
 //! unsuccessful with its hash, never resubmitted: the operator reconciles it by that hash.
 
+pub mod deposits;
+pub mod lookups;
+pub mod nft;
 pub mod payment;
 pub mod settlement;
 

@@ -1,0 +1,69 @@
+//! Stellar's read-only lookups: NFT ownership (`nft`), incoming transfers for deposits
+//! (`deposits`). Built for every Stellar network a collection, a
+//! deposit offer or a listing names.
+
+use std::fmt::Display;
+
+use crate::fastlane::chains::rest::RestClient;
+use crate::fastlane::chains::rpc::JsonRpcClient;
+use crate::fastlane::lookups::{ChainLookups, IncomingTransfer, NftClaim, NftVerdict};
+use crate::fastlane::mechanism::{BoxFuture, ChainError};
+use crate::fastlane::settings::NetworkSettings;
+
+pub struct StellarLookups {
+    network: String,
+    rpc: JsonRpcClient,
+    horizon: Option<RestClient>,
+}
+
+fn unavailable(network: &str, error: impl Display) -> ChainError {
+    ChainError::Unavailable {
+        network: network.to_owned(),
+        message: error.to_string(),
+    }
+}
+
+impl StellarLookups {
+    pub fn new(network: &str, settings: &NetworkSettings) -> Result<StellarLookups, ChainError> {
+        let rpc = JsonRpcClient::new(&settings.rpc).map_err(|e| unavailable(network, e))?;
+        let horizon = if settings.horizon.is_empty() {
+            None
+        } else {
+            Some(RestClient::new(&settings.horizon).map_err(|e| unavailable(network, e))?)
+        };
+        Ok(StellarLookups {
+            network: network.to_owned(),
+            rpc,
+            horizon,
+        })
+    }
+
+    pub fn rpc(&self) -> &JsonRpcClient {
+        &self.rpc
+    }
+
+    pub fn horizon(&self) -> Option<&RestClient> {
+        self.horizon.as_ref()
+    }
+}
+
+impl ChainLookups for StellarLookups {
+    fn network(&self) -> &str {
+        &self.network
+    }
+
+    fn nft_owner<'a>(
+        &'a self,
+        claim: &'a NftClaim,
+    ) -> BoxFuture<'a, Result<NftVerdict, ChainError>> {
+        Box::pin(super::nft::owner(self, claim))
+    }
+
+    fn incoming<'a>(
+        &'a self,
+        pay_to: &'a str,
+        since: u64,
+    ) -> BoxFuture<'a, Result<Vec<IncomingTransfer>, ChainError>> {
+        Box::pin(super::deposits::incoming(self, pay_to, since))
+    }
+}
