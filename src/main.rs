@@ -10,7 +10,7 @@ static GLOBAL: concert::sys::allocator::Allocator = concert::sys::allocator::All
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    // `concert example …` and `concert reconcile …` run instead of the server.
+    // `concert example …`, `concert reconcile …` and `concert client …` run instead of the server.
     if let Some(output) = concert::fastlane::commands::run(&args, &config::ProcessEnv, |request| {
         concert::fastlane::chains::BuiltIn::new().build(request)
     }) {

@@ -6,7 +6,9 @@
 //! - `concert reconcile [-data-dir D] [-networks-config F] <fingerprint> [hash]` settles the
 //!   record of a payment whose outcome is unknown, from the chain's final state. It takes the
 //!   settlement journal's lock, so it refuses to run beside a serving Concert, and it never
-//!   signs or broadcasts anything.
+//!   signs or broadcasts anything;
+//! - `concert client [--nft RULE [--token ID]]` buys a pass from a Concert site (see
+//!   [`super::client`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,7 +43,7 @@ pub struct CommandOutput {
 }
 
 impl CommandOutput {
-    fn done(stdout: impl Into<String>, stderr: impl Into<String>) -> CommandOutput {
+    pub(crate) fn done(stdout: impl Into<String>, stderr: impl Into<String>) -> CommandOutput {
         CommandOutput {
             status: 0,
             stdout: stdout.into(),
@@ -49,7 +51,7 @@ impl CommandOutput {
         }
     }
 
-    fn failed(message: impl Into<String>) -> CommandOutput {
+    pub(crate) fn failed(message: impl Into<String>) -> CommandOutput {
         CommandOutput {
             status: 1,
             stdout: String::new(),
@@ -57,7 +59,7 @@ impl CommandOutput {
         }
     }
 
-    fn usage(message: impl Into<String>) -> CommandOutput {
+    pub(crate) fn usage(message: impl Into<String>) -> CommandOutput {
         CommandOutput {
             status: 2,
             stdout: String::new(),
@@ -76,7 +78,7 @@ impl CommandOutput {
 /// The first argument, when it names a fast-lane command.
 pub fn command_name(args: &[String]) -> Option<&str> {
     match args.first().map(String::as_str) {
-        Some(name @ ("example" | "reconcile")) => Some(name),
+        Some(name @ ("example" | "reconcile" | "client")) => Some(name),
         _ => None,
     }
 }
@@ -90,6 +92,7 @@ where
     let rest = args.get(1..).unwrap_or_default();
     match command_name(args)? {
         "example" => Some(example(rest)),
+        "client" => Some(super::client::run(rest, env)),
         _ => Some(match ReconcileArgs::parse(rest, env) {
             Ok(Some(parsed)) => {
                 let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -11,10 +11,12 @@
 //! `x402` holds the wire types both halves and the chains share; `settings` the parsed
 //! `fastlane.json` and `networks.json`; `quote` the offers priced by the line (`-rate`,
 //! `-surge`), which both halves recognise; `live` the running lane as the request path reads
-//! it, swapped whole when the operator saves new files.
+//! it, swapped whole when the operator saves new files; `client` the buyer's side
+//! (`concert client`), which pays a Concert site from the command line.
 
 pub mod canonical;
 pub mod chains;
+pub mod client;
 pub mod commands;
 pub mod facilitator;
 pub mod gateway;
