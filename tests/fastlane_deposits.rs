@@ -8,6 +8,8 @@
 //! The other chains' deposit lookups are run against loopback Horizon, mirror and Solana RPC
 //! servers answering in the recorded shapes, and matched the way the gateway matches.
 
+#[path = "support/browser.rs"]
+mod browser;
 mod support;
 
 use std::collections::HashMap;
@@ -867,4 +869,63 @@ async fn stellar_and_hedera_deposits_are_read_from_horizon_and_the_mirror() {
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].payer, "0.0.7007");
     assert_eq!(hits[0].amount, 10_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_page_shows_a_transfer_with_its_tag_and_qr_and_checks_it() {
+    let (rpc, ledger) = start_ledger(ISSUER).await;
+    let data = tempfile::tempdir().unwrap();
+    let shop = start_shop(data.path(), &rpc).await;
+    let browser = browser::Browser::launch().await.expect("headless Chromium");
+    let page = browser.new_page().await.unwrap();
+    page.goto(&format!("{}/_concert/access", shop.base))
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.querySelector('#deposit-networks button') && document.querySelector('#listings button')",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let listing = page
+        .eval("document.querySelector('#listings button').textContent")
+        .await
+        .unwrap();
+    assert_eq!(listing, "A signed poster — 5.000000 XRP");
+    page.eval("document.querySelector('#deposit-networks button').click(); true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "!document.getElementById('deposit').hidden && document.getElementById('deposit-tag').textContent",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let shown = page
+        .eval("[document.getElementById('deposit-amount').textContent, document.getElementById('deposit-address').textContent, document.getElementById('deposit-tag').textContent, document.getElementById('deposit-qr').src.slice(0, 22), document.getElementById('deposit-qr').naturalWidth > 100]")
+        .await
+        .unwrap();
+    assert_eq!(shown[1], pay_to());
+    assert_eq!(shown[3], "data:image/png;base64,");
+    assert_eq!(shown[4], true, "the QR picture loads under the CSP");
+    let amount = shown[0]
+        .as_str()
+        .unwrap()
+        .trim_end_matches(" XRP")
+        .replace('.', "");
+    let drops: u64 = amount.parse().unwrap();
+    let tag: u32 = shown[2].as_str().unwrap().parse().unwrap();
+    pay(&ledger, "PAGE-PAID", "rPagePayer", drops, Some(tag));
+    page.eval("document.getElementById('deposit-check').click(); true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.getElementById('state').textContent.indexOf('Paid') === 0",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let problems = page.problems();
+    assert!(problems.is_empty(), "{problems:?}");
+    let _ = shop.concert.shutdown().await;
 }
