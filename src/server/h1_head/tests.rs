@@ -190,9 +190,12 @@ fn unknown_length() -> Body {
     )]))
 }
 
+/// An answer, made afresh for each side, and how its body must be framed.
+type Case = (fn() -> Response<Body>, BodyFraming);
+
 #[tokio::test]
 async fn heads_are_written_as_hyper_writes_them() {
-    let responses: [(fn() -> Response<Body>, BodyFraming); 12] = [
+    let responses: [Case; 12] = [
         (
             || Response::new(Body::from("hello")),
             BodyFraming::Length(5),
