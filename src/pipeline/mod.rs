@@ -85,6 +85,16 @@ pub(crate) fn handle<B: RequestBody + Unpin>(
     run_stages(app, conn, req.map(ClientBody::Streaming))
 }
 
+/// [`handle`] for a request whose body is already a [`ClientBody`]: the server's entry, for
+/// hyper's requests and the plain HTTP/1 loop's bodiless ones alike.
+pub(crate) fn handle_client_body<B: RequestBody + Unpin>(
+    app: Arc<App>,
+    conn: ConnInfo,
+    req: Request<ClientBody<B>>,
+) -> impl Future<Output = Response<Body>> {
+    run_stages(app, conn, req)
+}
+
 async fn run_stages<B: RequestBody + Unpin>(
     app: Arc<App>,
     conn: ConnInfo,

@@ -1,5 +1,7 @@
 //! One client connection: hyper's HTTP/1.1 and HTTP/2 server wrapped in the smuggling guard and
 //! the connection's deadlines, each request handed to the pipeline with panics turned into a 500.
+//! A plain-HTTP connection starts in [`super::h1_loop`], which hands it here at its first request
+//! that is not a plain `GET`.
 //! The same code serves a plain TCP stream and a TLS one ([`ClientStream`]); which it is, is
 //! known at compile time, so the plain path carries nothing of TLS.
 
@@ -31,6 +33,7 @@ use crate::pipeline::ConnInfo;
 use crate::pipeline::identity::is_html_client;
 use crate::respond::Rejection;
 use crate::sys::workers::OpenConnection;
+use crate::wire::client_body::ClientBody;
 use crate::wire::limits::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES};
 use crate::wire::smuggling::{FramingGuard, FramingWatch, Refusal};
 
@@ -72,7 +75,8 @@ impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
 }
 
 /// Serves a plain TCP connection until it ends; `stop_signal` turning true (the worker
-/// stopping) asks it to finish what is in flight and close.
+/// stopping) asks it to finish what is in flight and close. Plain keep-alive `GET`s are
+/// answered by [`super::h1_loop`], the rest by hyper.
 pub(super) fn serve_plain(
     builder: &Arc<auto::Builder<StreamExecutor>>,
     stop_signal: tokio::sync::watch::Receiver<bool>,
@@ -83,14 +87,22 @@ pub(super) fn serve_plain(
 ) -> impl Future<Output = ()> + Send + 'static {
     let _ = stream.set_nodelay(true);
     let activity = Arc::new(ConnectionActivity::default());
-    serve_connection(builder, stop_signal, stream, peer, activity, app, held)
+    super::h1_loop::serve(
+        builder.clone(),
+        stop_signal,
+        stream,
+        peer,
+        activity,
+        app,
+        held,
+    )
 }
 
 /// Serves one connection over `stream` until it ends. `activity` was made when the connection
 /// was accepted: the first request's deadline counts from then (a TLS handshake included).
 pub(super) fn serve_connection<S: ClientStream>(
     builder: &Arc<auto::Builder<StreamExecutor>>,
-    mut stop_signal: tokio::sync::watch::Receiver<bool>,
+    stop_signal: tokio::sync::watch::Receiver<bool>,
     stream: S,
     peer: SocketAddr,
     activity: Arc<ConnectionActivity>,
@@ -101,18 +113,39 @@ pub(super) fn serve_connection<S: ClientStream>(
         peer: Some(crate::pipeline::identity::unmap(peer.ip())),
         tls: S::TLS,
     };
+    let stream = deadline_stream(stream, &activity, &app, &held);
+    serve_hyper(builder, stop_signal, stream, conn, activity, app, held)
+}
+
+/// `stream` under the connection's read and write deadlines.
+pub(super) fn deadline_stream<S>(
+    stream: S,
+    activity: &Arc<ConnectionActivity>,
+    app: &App,
+    held: &OpenConnection,
+) -> IdleDeadline<S> {
+    let config = &app.generation().config;
+    let limits = ConnLimits {
+        head: HEADER_READ_TIMEOUT,
+        idle: config.keep_alive_idle,
+        send: config.client_send_timeout,
+    };
+    let crowded = held.crowding(config.keep_alive_crowd);
+    IdleDeadline::new(stream, activity.clone(), limits, crowded)
+}
+
+/// Serves the connection with hyper, behind the smuggling guard, until it ends.
+pub(super) fn serve_hyper<S: ClientStream>(
+    builder: &Arc<auto::Builder<StreamExecutor>>,
+    mut stop_signal: tokio::sync::watch::Receiver<bool>,
+    stream: IdleDeadline<S>,
+    conn: ConnInfo,
+    activity: Arc<ConnectionActivity>,
+    app: Arc<App>,
+    held: OpenConnection,
+) -> impl Future<Output = ()> + Send + 'static {
     let watch = Arc::new(FramingWatch::default());
     let idle = activity.clone();
-    let (limits, crowded) = {
-        let config = &app.generation().config;
-        let limits = ConnLimits {
-            head: HEADER_READ_TIMEOUT,
-            idle: config.keep_alive_idle,
-            send: config.client_send_timeout,
-        };
-        (limits, held.crowding(config.keep_alive_crowd))
-    };
-    let stream = IdleDeadline::new(stream, activity.clone(), limits, crowded);
     let io = TokioIo::new(FramingGuard::new(stream, watch.clone()));
     let service = service_fn(move |req: hyper::Request<Incoming>| {
         let app_for_hsts = &app;
@@ -132,7 +165,7 @@ pub(super) fn serve_connection<S: ClientStream>(
         let refused = refusal.is_some();
         let answer = match refusal {
             Some(refusal) => Either::Left(std::future::ready(refused_framing(&app, &req, refusal))),
-            None => Either::Right(handle_recovering(app, conn, req)),
+            None => Either::Right(handle_recovering(app, conn, req.map(ClientBody::Streaming))),
         };
         // Only over TLS: a plain connection's service does not hold the application twice.
         let hsts_from = S::TLS.then(|| app_for_hsts.clone());
@@ -217,15 +250,16 @@ fn refused_framing(
 }
 
 /// Runs the pipeline; a panic becomes an empty 500 and one log line, never a dead connection task
-/// with a header dump.
-fn handle_recovering(
+/// with a header dump. The one entry for both hyper's requests and the plain loop's, so the
+/// request path is compiled once.
+pub(super) fn handle_recovering(
     app: Arc<App>,
     conn: ConnInfo,
-    req: hyper::Request<Incoming>,
+    req: hyper::Request<ClientBody<Incoming>>,
 ) -> impl Future<Output = http::Response<Body>> + Send {
     // A reference-count bump; the path is only formatted if the pipeline panics.
     let uri = req.uri().clone();
-    recovering(uri, crate::pipeline::handle(app, conn, req))
+    recovering(uri, crate::pipeline::handle_client_body(app, conn, req))
 }
 
 /// `pipeline`, with a panic turned into an empty 500. A plain function rather than an async

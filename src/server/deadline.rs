@@ -101,6 +101,11 @@ impl<T> IdleDeadline<T> {
         }
     }
 
+    /// The stream beneath.
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+
     /// Notes a write's outcome; a write still blocked past the send limit becomes an error.
     fn note_write(
         &mut self,

@@ -1,11 +1,15 @@
 //! The public listener: binding it, the serving workers that accept from it, and the drain
 //! at stop. Each connection is served by [`connection`], under the deadlines of [`deadline`]
-//! and, for HTTP/2 streams, the send limit of [`send_limit`]; while the listener speaks TLS,
+//! and, for HTTP/2 streams, the send limit of [`send_limit`]; a plain-HTTP connection's
+//! keep-alive `GET`s are answered by the lean loop of [`h1_loop`] and the rest by hyper; while
+//! the listener speaks TLS,
 //! [`tls_accept`] first completes the handshake (or answers a plain-HTTP client).
 
 mod activity;
 mod connection;
 mod deadline;
+mod h1_head;
+mod h1_loop;
 mod listen;
 mod send_limit;
 mod side;
