@@ -642,6 +642,38 @@ pub fn fastlane_problems(
             );
         }
     }
+    // NFT admission and deposits on Stellar read accounts and payments from Horizon, which
+    // payments alone do without: say so at start-up rather than answer 503 to visitors.
+    let reads_horizon = settings
+        .collections
+        .iter()
+        .map(|collection| collection.network.as_str())
+        .chain(
+            settings
+                .offers
+                .iter()
+                .filter(|offer| takes_deposits(offer))
+                .map(|offer| offer.requirements.network.as_str()),
+        );
+    let mut named: Vec<&str> = Vec::new();
+    for network in reads_horizon {
+        if chain_of(network) == Some(Chain::Stellar)
+            && !named.contains(&network)
+            && networks
+                .get(network)
+                .is_some_and(|entry| entry.horizon.trim().is_empty())
+        {
+            named.push(network);
+            problems.add(
+                network,
+                network,
+                format!(
+                    "needs \"horizon\" in {}: NFT admission and deposits on Stellar read Horizon",
+                    networks_path.display()
+                ),
+            );
+        }
+    }
     problems.found
 }
 

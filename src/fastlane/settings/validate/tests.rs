@@ -368,6 +368,35 @@ fn stellar_offers_need_the_native_asset_and_a_sponsor() {
 }
 
 #[test]
+fn stellar_deposits_and_collections_need_horizon() {
+    // The base Stellar offer pays a G… account, so it takes deposits, which read Horizon.
+    let (fastlane, mut networks) = base();
+    networks["stellar:pubnet"]
+        .as_object_mut()
+        .unwrap()
+        .remove("horizon");
+    let error = check(&fastlane, &networks).unwrap_err();
+    assert!(
+        error.contains("stellar:pubnet") && error.contains("horizon"),
+        "{error}"
+    );
+    // Paid to a contract, the offer is x402 only, and payments need no Horizon.
+    let mut contract_only = fastlane.clone();
+    set(
+        &mut contract_only,
+        "/offers/1/requirements/payTo",
+        json!("CAS3J7GYLGXMF6TDJBBYYSE3HQ6BBSMLNUQ34T6TZMYMW2EVH34XOWMA"),
+    );
+    check(&contract_only, &networks).unwrap();
+    // A Stellar collection reads Horizon again.
+    contract_only["collections"].as_array_mut().unwrap().push(json!(
+        {"id": "stars", "label": "Stars", "network": "stellar:pubnet", "collection": "CAS3J7GYLGXMF6TDJBBYYSE3HQ6BBSMLNUQ34T6TZMYMW2EVH34XOWMA"}
+    ));
+    let error = check(&contract_only, &networks).unwrap_err();
+    assert!(error.contains("horizon"), "{error}");
+}
+
+#[test]
 fn hedera_fee_payers_are_set_distinct_from_pay_to_and_match_networks_json() {
     refused("/offers/2/requirements/extra", json!({}), "feePayer");
     refused(
