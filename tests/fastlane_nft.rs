@@ -3,6 +3,8 @@
 //! loopback fake (tests/support/nft_chains.rs). Wallets sign the issued challenges with
 //! real keys: the XRPL vector seeds, and fixed ed25519 / secp256k1 keys elsewhere.
 
+#[path = "support/browser.rs"]
+mod browser;
 #[path = "support/nft_chains.rs"]
 mod nft_chains;
 
@@ -997,4 +999,96 @@ async fn holders_are_screened_with_the_nft_action_and_a_deny_grants_nothing() {
             assert_eq!(body, json!({"error": "policy_not_approved"}));
         }
     }
+}
+
+/// A wallet the access page can use, as an extension would add it: an XRPL ed25519 account
+/// whose key signs in the page with WebCrypto, so the signature the server checks is made by
+/// the browser from the challenge text the page received.
+fn injected_xrpl_wallet(secret: &[u8; 32], address: &str, public_key_hex: &str) -> String {
+    // PKCS#8 wrapping of a raw ed25519 private key (RFC 8410).
+    let mut pkcs8 = hex::decode("302e020100300506032b657004220420").unwrap();
+    pkcs8.extend_from_slice(secret);
+    let pkcs8 = STANDARD.encode(pkcs8);
+    format!(
+        r#"window.concertWallets = {{ xrpl: {{
+  connect: async function () {{ return {{ address: "{address}" }}; }},
+  signMessage: async function (request) {{
+    var der = Uint8Array.from(atob("{pkcs8}"), function (c) {{ return c.charCodeAt(0); }});
+    var key = await crypto.subtle.importKey("pkcs8", der, {{ name: "Ed25519" }}, false, ["sign"]);
+    var signature = await crypto.subtle.sign({{ name: "Ed25519" }}, key, new TextEncoder().encode(request.message));
+    window.signedMessages = (window.signedMessages || 0) + 1;
+    return {{ signature: new Uint8Array(signature), publicKey: "{public_key_hex}" }};
+  }},
+  createPaymentPayload: async function () {{ throw new Error("this wallet only proves holdings"); }}
+}} }};"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_page_proves_an_xrpl_holding_with_the_visitors_wallet() {
+    let chains = start_chains().await;
+    let secret = [41u8; 32];
+    let key = SigningKey::from_bytes(&secret);
+    let mut public_key = vec![0xED];
+    public_key.extend_from_slice(key.verifying_key().as_bytes());
+    let address = concert::fastlane::chains::xrpl::keys::address_of_public_key(&public_key);
+    let public_key_hex = hex::encode_upper(&public_key);
+    chains.xrpl.accounts.lock().insert(
+        address.clone(),
+        XrplAccount {
+            flags: 0,
+            regular_key: None,
+            nfts: vec![(XRPL_TOKEN.into(), XRPL_ISSUER.into(), 7)],
+        },
+    );
+    let lane = start_lane(&chains.networks, Duration::ZERO).await;
+    let browser = browser::Browser::launch().await.expect("headless Chromium");
+    let page = browser.new_page().await.unwrap();
+    page.add_init_script(&injected_xrpl_wallet(&secret, &address, &public_key_hex))
+        .await
+        .unwrap();
+    page.goto(&format!("{}/_concert/access", lane.base))
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.readyState === 'complete' && !document.getElementById('nft').hidden && document.querySelectorAll('#collections button').length === 4",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    // Only the chain with a wallet can be used; the others say why not.
+    let enabled = page
+        .eval("Array.from(document.querySelectorAll('#collections button')).map(function (b) { return !b.disabled; })")
+        .await
+        .unwrap();
+    assert_eq!(enabled, json!([true, false, false, false]));
+    page.eval("document.querySelector('#collections button').click(); true")
+        .await
+        .unwrap();
+    page.wait_for(
+        "document.getElementById('state').textContent.indexOf('Verified') === 0",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let problems = page.problems();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert!(chains.xrpl.nft_pages.load(Ordering::SeqCst) >= 1);
+    // The page's session (its HttpOnly cookie) now holds a lease.
+    let cookies = page.cookies().await.unwrap();
+    let session = cookies
+        .iter()
+        .find(|cookie| cookie.name == "concert_fastlane")
+        .expect("the page's session cookie");
+    let status: Value = reqwest::Client::new()
+        .get(format!("{}/_concert/status", lane.base))
+        .header("cookie", format!("concert_fastlane={}", session.value))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["eligible"], true, "{status}");
+    assert_eq!(status["kind"], "nft", "{status}");
 }

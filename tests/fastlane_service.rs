@@ -1276,7 +1276,8 @@ async fn routes_answer_with_the_common_headers_and_strict_bodies() {
     }
     for (method, path, status, code) in [
         ("GET", "/_concert/nope", 404, "not_found"),
-        ("POST", "/_concert/nft/challenge", 401, "session_required"),
+        // This lane has no collections, so it offers no NFT admission at all.
+        ("POST", "/_concert/nft/challenge", 404, "not_found"),
         ("POST", "/_concert/deposit", 401, "session_required"),
         ("GET", "/_concert/market", 404, "no_market_for_collection"),
         ("GET", "/_concert/payment", 405, "method_not_allowed"),

@@ -334,6 +334,18 @@ impl Page {
             .await
     }
 
+    /// Runs `source` in every document this page loads, before the page's own scripts. It is
+    /// injected by DevTools, so the page's CSP does not apply to it: tests use it to stand in
+    /// for what a browser extension (a wallet) would add to the page.
+    pub async fn add_init_script(&self, source: &str) -> Result<(), String> {
+        self.call(
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({ "source": source }),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Navigates and waits for the page's load event.
     pub async fn goto(&self, url: &str) -> Result<(), String> {
         let mut events = self.connection.events.subscribe();
