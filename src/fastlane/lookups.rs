@@ -97,3 +97,56 @@ pub trait ChainLookups: Send + Sync + 'static {
         })))
     }
 }
+
+/// Implements [`ChainLookups`] for a chain's lookups type by handing each question to the
+/// chain module's own function: `super::nft::owner`, `super::deposits::incoming` and, when
+/// `market` is named, `super::market::sell_offers`. The type needs a `network` field.
+macro_rules! chain_lookups {
+    ($lookups:ty) => {
+        impl $crate::fastlane::lookups::ChainLookups for $lookups {
+            $crate::fastlane::lookups::chain_lookups!(@common);
+        }
+    };
+    ($lookups:ty, market) => {
+        impl $crate::fastlane::lookups::ChainLookups for $lookups {
+            $crate::fastlane::lookups::chain_lookups!(@common);
+
+            fn sell_offers<'a>(
+                &'a self,
+                collection: &'a str,
+            ) -> $crate::fastlane::mechanism::BoxFuture<
+                'a,
+                Result<Vec<$crate::fastlane::lookups::SellOffer>, $crate::fastlane::mechanism::ChainError>,
+            > {
+                Box::pin(super::market::sell_offers(self, collection))
+            }
+        }
+    };
+    (@common) => {
+        fn network(&self) -> &str {
+            &self.network
+        }
+
+        fn nft_owner<'a>(
+            &'a self,
+            claim: &'a $crate::fastlane::lookups::NftClaim,
+        ) -> $crate::fastlane::mechanism::BoxFuture<
+            'a,
+            Result<$crate::fastlane::lookups::NftVerdict, $crate::fastlane::mechanism::ChainError>,
+        > {
+            Box::pin(super::nft::owner(self, claim))
+        }
+
+        fn incoming<'a>(
+            &'a self,
+            pay_to: &'a str,
+            since: u64,
+        ) -> $crate::fastlane::mechanism::BoxFuture<
+            'a,
+            Result<Vec<$crate::fastlane::lookups::IncomingTransfer>, $crate::fastlane::mechanism::ChainError>,
+        > {
+            Box::pin(super::deposits::incoming(self, pay_to, since))
+        }
+    };
+}
+pub(crate) use chain_lookups;

@@ -24,6 +24,16 @@ pub enum ChainError {
     },
 }
 
+impl ChainError {
+    /// The endpoint of `network` failed with `error`.
+    pub fn unavailable(network: &str, error: impl std::fmt::Display) -> ChainError {
+        ChainError::Unavailable {
+            network: network.to_owned(),
+            message: error.to_string(),
+        }
+    }
+}
+
 /// A payment network's checks and settlement.
 pub trait Mechanism: Send + Sync + 'static {
     /// The x402 scheme (`exact`, `concert-native-sol`).

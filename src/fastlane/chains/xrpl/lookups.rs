@@ -2,11 +2,8 @@
 //! (`deposits`) and the NFT market (`market`). Built for every XRPL network a collection, a
 //! deposit offer or a listing names.
 
-use std::fmt::Display;
-
 use crate::fastlane::chains::rpc::JsonRpcClient;
-use crate::fastlane::lookups::{ChainLookups, IncomingTransfer, NftClaim, NftVerdict, SellOffer};
-use crate::fastlane::mechanism::{BoxFuture, ChainError};
+use crate::fastlane::mechanism::ChainError;
 use crate::fastlane::settings::NetworkSettings;
 
 pub struct XrplLookups {
@@ -14,16 +11,10 @@ pub struct XrplLookups {
     rpc: JsonRpcClient,
 }
 
-fn unavailable(network: &str, error: impl Display) -> ChainError {
-    ChainError::Unavailable {
-        network: network.to_owned(),
-        message: error.to_string(),
-    }
-}
-
 impl XrplLookups {
     pub fn new(network: &str, settings: &NetworkSettings) -> Result<XrplLookups, ChainError> {
-        let rpc = JsonRpcClient::new(&settings.rpc).map_err(|e| unavailable(network, e))?;
+        let rpc =
+            JsonRpcClient::new(&settings.rpc).map_err(|e| ChainError::unavailable(network, e))?;
         Ok(XrplLookups {
             network: network.to_owned(),
             rpc,
@@ -35,30 +26,4 @@ impl XrplLookups {
     }
 }
 
-impl ChainLookups for XrplLookups {
-    fn network(&self) -> &str {
-        &self.network
-    }
-
-    fn nft_owner<'a>(
-        &'a self,
-        claim: &'a NftClaim,
-    ) -> BoxFuture<'a, Result<NftVerdict, ChainError>> {
-        Box::pin(super::nft::owner(self, claim))
-    }
-
-    fn incoming<'a>(
-        &'a self,
-        pay_to: &'a str,
-        since: u64,
-    ) -> BoxFuture<'a, Result<Vec<IncomingTransfer>, ChainError>> {
-        Box::pin(super::deposits::incoming(self, pay_to, since))
-    }
-
-    fn sell_offers<'a>(
-        &'a self,
-        collection: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<SellOffer>, ChainError>> {
-        Box::pin(super::market::sell_offers(self, collection))
-    }
-}
+crate::fastlane::lookups::chain_lookups!(XrplLookups, market);
