@@ -1056,6 +1056,16 @@ async fn the_access_page_proves_an_xrpl_holding_with_the_visitors_wallet() {
     )
     .await
     .unwrap();
+    // Pictures of the page's NFT option, to look at after a change.
+    let screens = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fastlane-screens");
+    std::fs::create_dir_all(&screens).unwrap();
+    page.screenshot(screens.join("access-nft-desktop.png"))
+        .await
+        .unwrap();
+    page.set_viewport(390, 844, true).await.unwrap();
+    page.screenshot(screens.join("access-nft-phone.png"))
+        .await
+        .unwrap();
     // Only the chain with a wallet can be used; the others say why not.
     let enabled = page
         .eval("Array.from(document.querySelectorAll('#collections button')).map(function (b) { return !b.disabled; })")

@@ -373,7 +373,7 @@
   function showOffers() {
     $("merchant").textContent = config.merchant || "Fast lane";
     var minutes = Math.round((config.pass_seconds || 0) / 60);
-    $("summary").textContent = "Skip the line for " + (minutes >= 1 ? minutes + " minutes" : config.pass_seconds + " seconds") +
+    $("summary").textContent = "Skip the line for " + (minutes > 1 ? minutes + " minutes" : minutes === 1 ? "a minute" : config.pass_seconds + " seconds") +
       ". Entry still depends on the site's capacity.";
     [["terms", config.terms_url], ["privacy", config.privacy_url], ["refund", config.refund_url]].forEach(function (link) {
       if (link[1]) { $(link[0]).href = link[1]; } else { $(link[0]).hidden = true; }
