@@ -265,6 +265,8 @@ pub struct App {
     /// The fast lane, when `fastlane.json` configures one: built at start-up, swapped whole
     /// when the portal saves new files.
     pub fastlane: crate::fastlane::live::LiveLane,
+    /// The instances sharing this one's cap, line and bans (`-cluster`), when set.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 /// A refused live change, with the status the API answers.
@@ -360,6 +362,10 @@ impl App {
         }
         .map_err(BuildError::Spool)?;
         let tls = crate::tls::Tls::new().map_err(|e| BuildError::Tls(e.to_string()))?;
+        let cluster = crate::cluster::ClusterOptions::from_config(config)
+            .map(crate::cluster::Cluster::new)
+            .transpose()
+            .map_err(|e| BuildError::Config(e.to_string()))?;
         Ok(Arc::new(App {
             generation: ArcSwap::from_pointee(generation),
             room,
@@ -378,6 +384,7 @@ impl App {
             spool: Arc::new(spool),
             tls: Arc::new(tls),
             fastlane: crate::fastlane::live::LiveLane::default(),
+            cluster,
         }))
     }
 

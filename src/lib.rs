@@ -14,6 +14,7 @@
 pub mod abuse;
 pub mod admission;
 mod app;
+pub mod cluster;
 pub mod config;
 mod demo;
 pub mod endpoints;

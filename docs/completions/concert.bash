@@ -23,7 +23,7 @@ _concert() {
 
     case "${cmd}" in
         concert)
-            opts="-h --cap --max-queue --max-queue-per-ip --token-ttl --first-poll-grace --ready-grace --reaper --retry-after --api-json --html --fastlane-config --networks-config --fastlane-entry-ttl --rate --surge --skip-url --pass --priority-cap --priority-lane-rank --priority-wait --priority-forms --listen --upstream --upstream-timeout --max-body --upload-timeout --upload-disk-limit --preserve-host --trusted-proxies --access-log --secure-cookie --cookie-path --cookie-domain --bypass --ban-paths --unbuffered-upload-paths --assets --asset-public --asset-cap --asset-wait --asset-user-cap-h1 --asset-user-cap-h2 --asset-user-wait --admit-ttl --client-proto-header --stream-paths --stream-cap --abuse --abuse-strikes --abuse-window --abuse-cooldown --abuse-max-cooldown --abuse-max-entries --abuse-allow --tls-cert --tls-key --tls-domains --tls-email --tls-cache --tls-staging --tls-directory --tls-directory-ca --http-listen --hsts --portal-listen --portal-allow --portal-session-ttl --portal-secure-cookie --portal-tls-cert --portal-tls-key --history-log --data-dir --demo --log-format --workers --metrics-path --version --help"
+            opts="-h --cap --max-queue --max-queue-per-ip --token-ttl --first-poll-grace --ready-grace --reaper --retry-after --api-json --html --fastlane-config --networks-config --fastlane-entry-ttl --rate --surge --skip-url --pass --priority-cap --priority-lane-rank --priority-wait --priority-forms --listen --upstream --upstream-timeout --max-body --upload-timeout --upload-disk-limit --preserve-host --trusted-proxies --access-log --secure-cookie --cookie-path --cookie-domain --bypass --ban-paths --unbuffered-upload-paths --assets --asset-public --asset-cap --asset-wait --asset-user-cap-h1 --asset-user-cap-h2 --asset-user-wait --admit-ttl --client-proto-header --stream-paths --stream-cap --abuse --abuse-strikes --abuse-window --abuse-cooldown --abuse-max-cooldown --abuse-max-entries --abuse-allow --tls-cert --tls-key --tls-domains --tls-email --tls-cache --tls-staging --tls-directory --tls-directory-ca --http-listen --hsts --portal-listen --portal-allow --portal-session-ttl --portal-secure-cookie --portal-tls-cert --portal-tls-key --history-log --cluster --cluster-name --cluster-fallback-share --data-dir --demo --log-format --workers --metrics-path --version --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -310,6 +310,18 @@ _concert() {
                     return 0
                     ;;
                 --history-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cluster)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cluster-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cluster-fallback-share)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -216,6 +216,10 @@ pub struct Config {
     pub portal_tls_cert: String,
     pub portal_tls_key: String,
     pub history_log: String,
+    // Cluster
+    pub cluster: String,
+    pub cluster_name: String,
+    pub cluster_fallback_share: f64,
     // Outside the settings table (restart only, never in settings.json)
     /// `-data-dir`; empty disables persistence.
     pub data_dir: String,
@@ -229,6 +233,9 @@ pub struct Config {
     pub admit_secret_previous: Option<Vec<u8>>,
     /// `CONCERT_PORTAL_PASS`; empty means no portal and no history.
     pub portal_pass: String,
+    /// `CONCERT_CLUSTER_PASSWORD`: the Redis password (a password in the `-cluster` URL is used
+    /// when this is empty).
+    pub cluster_password: String,
     /// `CONCERT_POLICY_TOKEN`: the bearer token for the fast lane's policy service.
     pub policy_token: String,
     /// Where the portal's IP details come from: `NADDR_DATA`, `NADDR_DATA_POLL` and
@@ -350,12 +357,16 @@ impl Default for Config {
             portal_tls_cert: String::new(),
             portal_tls_key: String::new(),
             history_log: String::new(),
+            cluster: String::new(),
+            cluster_name: "concert".to_string(),
+            cluster_fallback_share: 0.0,
             data_dir: DEFAULT_DATA_DIR.to_string(),
             admin_token: String::new(),
             admit_secret: None,
             admit_secret_generated: false,
             admit_secret_previous: None,
             portal_pass: String::new(),
+            cluster_password: String::new(),
             policy_token: String::new(),
             ip_details_env: Vec::new(),
             demo: false,
@@ -391,6 +402,10 @@ impl fmt::Debug for Config {
             )
             .field("policy_token", &redacted(!self.policy_token.is_empty()))
             .field("portal_pass", &redacted(!self.portal_pass.is_empty()))
+            .field(
+                "cluster_password",
+                &redacted(!self.cluster_password.is_empty()),
+            )
             .field("demo", &self.demo)
             .field("log_format", &self.log_format)
             .field("workers", &self.workers)
@@ -763,6 +778,7 @@ fn load_secrets(config: &mut Config, env: &dyn EnvSource) {
     config.admit_secret_previous =
         env_value(env, "CONCERT_ADMIT_SECRET_PREVIOUS").map(String::into_bytes);
     config.portal_pass = env_value(env, "CONCERT_PORTAL_PASS").unwrap_or_default();
+    config.cluster_password = env_value(env, "CONCERT_CLUSTER_PASSWORD").unwrap_or_default();
     config.policy_token = env_value(env, "CONCERT_POLICY_TOKEN").unwrap_or_default();
     config.ip_details_env = ["NADDR_DATA", "NADDR_DATA_POLL", "NADDR_ADDR"]
         .into_iter()

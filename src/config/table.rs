@@ -20,8 +20,8 @@ const HOUR: u64 = 60 * MINUTE;
 const DAY: u64 = 24 * HOUR;
 
 /// Portal groups, in display order.
-pub const GROUPS: [&str; 11] = [
-    ROOM, SKIP, PRIORITY, ORIGIN, COOKIES, PATHS, ASSETS, STREAMS, ABUSE, TLS, PORTAL,
+pub const GROUPS: [&str; 12] = [
+    ROOM, SKIP, PRIORITY, ORIGIN, COOKIES, PATHS, ASSETS, STREAMS, ABUSE, TLS, PORTAL, CLUSTER,
 ];
 const ROOM: &str = "Room";
 const SKIP: &str = "Skip the line";
@@ -34,6 +34,7 @@ const STREAMS: &str = "Streams";
 const ABUSE: &str = "Abuse";
 const TLS: &str = "HTTPS";
 const PORTAL: &str = "Portal";
+const CLUSTER: &str = "Cluster";
 
 /// Rust type of the field behind a row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +88,10 @@ pub enum Check {
     /// Empty, an https URL, or an http URL whose host is a loopback address (a test CA on the
     /// same machine).
     AcmeDirectory,
+    /// Empty, or a `redis://` or `rediss://` URL with a host.
+    ClusterUrl,
+    /// 1 to 64 letters, digits, `.`, `_` or `-`: it becomes part of every shared key.
+    ClusterName,
 }
 
 const fn int(min: u64, max: u64) -> Check {
@@ -653,5 +658,23 @@ pub static SETTINGS: &[SettingDef] = &[
         check: Check::None, default: "",
         label: "History log",
         help: "Request history file. Empty uses history.jsonl in the data directory (memory only without one); off, none, false or 0 keep the history in memory only.",
+    }),
+    setting!(cluster: Str {
+        flag: "-cluster", env: "CONCERT_CLUSTER", group: CLUSTER, restart: true,
+        check: Check::ClusterUrl, default: "",
+        label: "Shared line (Redis)",
+        help: "redis://host:port/db (or rediss:// for TLS) of a Redis or Valkey server that instances running in front of the same origin share: one cap, one line, one ban list. The password comes from CONCERT_CLUSTER_PASSWORD or the URL. Empty runs this instance alone.",
+    }),
+    setting!(cluster_name: Str {
+        flag: "-cluster-name", env: "CONCERT_CLUSTER_NAME", group: CLUSTER, restart: true,
+        check: Check::ClusterName, default: "concert",
+        label: "Cluster name",
+        help: "Prefix of every key the instances share, so several sites can use one Redis. Instances of one site must use the same name.",
+    }),
+    setting!(cluster_fallback_share: F64 {
+        flag: "-cluster-fallback-share", env: "CONCERT_CLUSTER_FALLBACK_SHARE", group: CLUSTER, restart: false,
+        check: Check::Float { min: 0.0, max: 1.0 }, default: "0",
+        label: "Share of the cap without Redis",
+        help: "Fraction of -cap this instance admits on its own while Redis cannot be reached. 0 means one part in as many as the instances last seen together.",
     }),
 ];

@@ -164,7 +164,9 @@ fn list_kinds_are_declared() {
             "portal_listen",
             "portal_tls_cert",
             "portal_tls_key",
-            "history_log"
+            "history_log",
+            "cluster",
+            "cluster_name"
         ]
     );
 }

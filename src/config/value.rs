@@ -260,6 +260,8 @@ pub(super) fn check_value(def: &SettingDef, value: SlotRef<'_>) -> Result<(), St
         (Check::HeaderName, SlotRef::Str(v)) => check_header_name(v),
         (Check::CookieAttribute, SlotRef::Str(v)) => check_cookie_attribute(v),
         (Check::AcmeDirectory, SlotRef::Str(v)) => check_acme_directory(v),
+        (Check::ClusterUrl, SlotRef::Str(v)) => check_cluster_url(v),
+        (Check::ClusterName, SlotRef::Str(v)) => check_cluster_name(v),
         _ => Err("internal error: check does not fit the value type".to_string()),
     }
 }
@@ -383,6 +385,50 @@ pub(crate) fn check_acme_directory(text: &str) -> Result<(), String> {
         Some("https") => Ok(()),
         Some("http") if is_loopback_host(host) => Ok(()),
         _ => Err(FORM.to_string()),
+    }
+}
+
+/// Empty, or a Redis URL a client can connect to: `redis://` or `rediss://`, a host, and at
+/// most a database number as its path.
+pub(crate) fn check_cluster_url(text: &str) -> Result<(), String> {
+    const FORM: &str = "must be redis://host:port/db or rediss://host:port/db";
+    if text.is_empty() {
+        return Ok(());
+    }
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(FORM.to_string());
+    }
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return Err(FORM.to_string());
+    };
+    if !matches!(scheme, "redis" | "rediss") {
+        return Err(FORM.to_string());
+    }
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let host_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let host = match host_port.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').map(|(host, _)| host),
+        None => Some(host_port.split(':').next().unwrap_or("")),
+    };
+    if host.is_none_or(str::is_empty) {
+        return Err(FORM.to_string());
+    }
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    if !path.is_empty() && path.parse::<u16>().is_err() {
+        return Err(format!("{FORM} (the database must be a number)"));
+    }
+    Ok(())
+}
+
+/// Letters, digits, `.`, `_` and `-`, 1 to 64 of them.
+pub(crate) fn check_cluster_name(text: &str) -> Result<(), String> {
+    let fits = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if (1..=64).contains(&text.len()) && text.chars().all(fits) {
+        Ok(())
+    } else {
+        Err("must be 1 to 64 letters, digits, '.', '_' or '-'".to_string())
     }
 }
 

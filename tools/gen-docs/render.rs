@@ -170,6 +170,8 @@ fn accepted_values(def: &SettingDef) -> String {
         Check::AcmeDirectory => {
             "empty, an https URL, or an http URL on a loopback host".to_string()
         }
+        Check::ClusterUrl => "empty, or a `redis://` or `rediss://` URL".to_string(),
+        Check::ClusterName => "1 to 64 letters, digits, `.`, `_` or `-`".to_string(),
     }
 }
 
