@@ -155,7 +155,9 @@ async fn run_stages<B: RequestBody + Unpin>(
                     let client = info
                         .client
                         .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-                    lane.handle(req.map(axum::body::Body::new), client).await
+                    // Boxed: the lane's future is several times the size of the page path's,
+                    // and kept inline it would be moved with every page request's future.
+                    Box::pin(lane.handle(req.map(axum::body::Body::new), client)).await
                 }
                 None => endpoints::concert_files::answer(
                     &generation.config.skip_url,
