@@ -283,6 +283,62 @@ pub(crate) fn spawn_writer(app: Weak<App>, cluster: Arc<Cluster>) -> tokio::task
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Loaded;
+
+    fn app(args: &[&str]) -> Arc<App> {
+        let mut argv: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        argv.extend(["-data-dir=".into(), "-cluster=redis://127.0.0.1:1/0".into()]);
+        let mut config = match crate::config::load(&argv, &std::collections::HashMap::new()) {
+            Ok(Loaded::Run(config)) => *config,
+            _ => panic!("flags {argv:?} refused"),
+        };
+        config.validate().expect("valid settings");
+        App::new(config).expect("app")
+    }
+
+    #[tokio::test]
+    async fn local_changes_are_queued_and_shared_ones_are_not() {
+        let app = app(&["-cap", "10"]);
+        let cluster = app.cluster.clone().unwrap();
+        let mut change = serde_json::Map::new();
+        change.insert("cap".into(), serde_json::json!(9));
+        app.apply_shared_change(&change).unwrap();
+        assert!(cluster.settings.pending.lock().is_empty());
+        change.insert("cap".into(), serde_json::json!(8));
+        change.insert("max_queue".into(), serde_json::json!(5));
+        app.apply_change(&change, &[]).unwrap();
+        let pending: Vec<String> = cluster.settings.pending.lock().iter().cloned().collect();
+        assert_eq!(pending, ["cap", "max_queue"]);
+    }
+
+    #[tokio::test]
+    async fn stored_settings_apply_except_refused_unshared_and_unwritten_local_values() {
+        let app = app(&["-cap", "10", "-max-queue", "100"]);
+        let shared = &app.cluster.as_ref().unwrap().settings;
+        shared.pending.lock().insert("retry_after".into());
+        let stored = serde_json::json!({
+            "version": 3,
+            "from": "elsewhere",
+            "values": {
+                "cap": 12,
+                "max_queue": "many",
+                "retry_after": 9,
+                "listen": "0.0.0.0:1",
+                "no_such_setting": 1,
+            },
+        });
+        shared.apply_text(&app, &stored.to_string());
+        let config = app.generation().config.clone();
+        assert_eq!(config.cap, 12);
+        assert_eq!(config.max_queue, 100);
+        assert_eq!(config.retry_after, 5);
+        assert_ne!(config.listen, "0.0.0.0:1");
+        assert_eq!(shared.version(), Some(3));
+        assert_eq!(shared.refused_total.load(Ordering::Relaxed), 1);
+        // Garbage is logged and leaves everything as it was.
+        shared.apply_text(&app, "{\"version\":\"x\"}");
+        assert_eq!(shared.version(), Some(3));
+    }
 
     #[test]
     fn restart_only_and_host_file_settings_are_not_shared() {
