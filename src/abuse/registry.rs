@@ -978,7 +978,7 @@ impl Registry {
             if before.is_some_and(|ban| ban.until == until) {
                 return false;
             }
-            let fresh = !before.is_some_and(|ban| ban.until > now);
+            let fresh = before.is_none_or(|ban| ban.until <= now);
             let ban = RangeBan {
                 until,
                 offenses: offenses.max(before.map_or(0, |ban| ban.offenses)).max(1),

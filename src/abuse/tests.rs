@@ -844,14 +844,12 @@ proptest! {
 
 // ----- sharing with other instances ----------------------------------------------------------
 
+type Heard<T> = Arc<Mutex<Vec<T>>>;
+
 /// A registry whose share and strike hooks record what they hear.
 fn sharing(
     edit: impl FnOnce(&mut AbuseSettings),
-) -> (
-    Registry,
-    Arc<Mutex<Vec<SharedChange>>>,
-    Arc<Mutex<Vec<(IpNet, u32)>>>,
-) {
+) -> (Registry, Heard<SharedChange>, Heard<(IpNet, u32)>) {
     let (registry, _clock) = setup(edit);
     let shared = Arc::new(Mutex::new(Vec::new()));
     let struck = Arc::new(Mutex::new(Vec::new()));

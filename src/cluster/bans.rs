@@ -203,7 +203,7 @@ impl SharedBans {
             } => (
                 (scope, range),
                 Record {
-                    until: (until != FOREVER).then(|| until / 1_000_000),
+                    until: (until != FOREVER).then_some(until / 1_000_000),
                     permanent: until == FOREVER,
                     offenses,
                     cause: cause_name(cause).to_owned(),

@@ -74,12 +74,16 @@ impl EventsHealth {
     }
 }
 
-/// What a message asks of this instance; `None` for one it should skip.
-pub fn read(payload: &[u8], own_id: &str) -> Result<Option<Event>, ()> {
+/// A message that is not one of ours: not JSON, an unknown kind, or too large.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unreadable;
+
+/// What a message asks of this instance; `None` for one it sent itself.
+pub fn read(payload: &[u8], own_id: &str) -> Result<Option<Event>, Unreadable> {
     if payload.len() > MAX_MESSAGE {
-        return Err(());
+        return Err(Unreadable);
     }
-    let event: Event = serde_json::from_slice(payload).map_err(|_| ())?;
+    let event: Event = serde_json::from_slice(payload).map_err(|_| Unreadable)?;
     Ok((event.from() != own_id).then_some(event))
 }
 
@@ -166,7 +170,7 @@ pub(crate) async fn handle(app: &App, cluster: &Cluster, payload: &[u8]) {
     let event = match read(payload, &cluster.id) {
         Ok(Some(event)) => event,
         Ok(None) => return,
-        Err(()) => {
+        Err(Unreadable) => {
             cluster.events.invalid_total.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 bytes = payload.len(),
@@ -217,8 +221,8 @@ mod tests {
             br#"{"kind":"ban","from":"x","client":"1.2.3.4"}"#,
             b"\xff\xfe",
         ] {
-            assert_eq!(read(garbage, "b"), Err(()), "{garbage:?}");
+            assert_eq!(read(garbage, "b"), Err(Unreadable), "{garbage:?}");
         }
-        assert_eq!(read(&vec![b' '; MAX_MESSAGE + 1], "b"), Err(()));
+        assert_eq!(read(&vec![b' '; MAX_MESSAGE + 1], "b"), Err(Unreadable));
     }
 }
