@@ -26,7 +26,16 @@ struct Instance {
 
 impl Instance {
     async fn start(origin: &Origin, redis: &RedisServer, extra: &[&str]) -> Instance {
-        let dir = tempfile::tempdir().unwrap();
+        Instance::start_in(tempfile::tempdir().unwrap(), origin, redis, extra).await
+    }
+
+    /// Starts with `dir` as the data directory (a restart keeps it).
+    async fn start_in(
+        dir: tempfile::TempDir,
+        origin: &Origin,
+        redis: &RedisServer,
+        extra: &[&str],
+    ) -> Instance {
         let upstream = origin.url();
         let cluster = redis.url();
         let data_dir = dir.path().to_str().unwrap().to_owned();
@@ -105,6 +114,12 @@ impl Instance {
 
     async fn shutdown(self) {
         self.running.shutdown().await.unwrap();
+    }
+
+    /// Stops and hands back the data directory.
+    async fn stop(self) -> tempfile::TempDir {
+        self.running.shutdown().await.unwrap();
+        self.dir
     }
 }
 
@@ -371,6 +386,40 @@ async fn garbage_and_foreign_messages_on_the_channel_are_skipped() {
         .is_some()
     );
     assert!(a.connected() && b.connected());
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lift_made_while_an_instance_was_stopped_holds_when_it_starts_again() {
+    let redis = RedisServer::start();
+    let origin = origins::fast_origin();
+    let a = Instance::start(&origin, &redis, &[]).await;
+    let b = Instance::start(&origin, &redis, &[]).await;
+    a.ban("203.0.113.80", "1h").await;
+    a.ban("203.0.113.81", "1h").await;
+    assert!(
+        within(Duration::from_secs(3), async || {
+            let saved = b.bans_file();
+            saved.contains("203.0.113.80") && saved.contains("203.0.113.81")
+        })
+        .await
+        .is_some()
+    );
+    let dir = b.stop().await;
+    a.unban("203.0.113.80").await;
+    // B comes back with both bans in its bans.json: the lifted one goes, the other stays, and
+    // B does not write the lifted one back.
+    let b = Instance::start_in(dir, &origin, &redis, &[]).await;
+    assert!(!b.refuses("203.0.113.80").await);
+    assert!(b.refuses("203.0.113.81").await);
+    assert!(!a.refuses("203.0.113.80").await);
+    let stored: Option<String> = redis::cmd("HGET")
+        .arg(format!("concert:{{{NAME}}}:bans"))
+        .arg("203.0.113.80")
+        .query(&mut redis.connection())
+        .unwrap();
+    assert!(stored.unwrap_or_default().contains("\"lifted\":true"));
     a.shutdown().await;
     b.shutdown().await;
 }

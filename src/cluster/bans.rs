@@ -144,6 +144,8 @@ pub struct SharedBans {
     strike_queue: Mutex<Option<mpsc::Receiver<(IpNet, u32)>>>,
     /// Strikes dropped because the queue was full.
     pub strikes_dropped: AtomicU64,
+    /// Strikes that could not be sent to Redis (counted here alone while it is away).
+    pub strikes_unsent: AtomicU64,
     /// Bans and lifts applied because another instance made them.
     pub applied_total: AtomicU64,
     /// Records or messages that could not be read.
@@ -162,6 +164,7 @@ impl Default for SharedBans {
             strikes,
             strike_queue: Mutex::new(Some(queue)),
             strikes_dropped: AtomicU64::new(0),
+            strikes_unsent: AtomicU64::new(0),
             applied_total: AtomicU64::new(0),
             invalid_total: AtomicU64::new(0),
         }
@@ -346,17 +349,8 @@ impl SharedBans {
     pub async fn resync(&self, app: &App, cluster: &Cluster) -> Result<(), super::LinkError> {
         clean(cluster).await?;
         self.flush(cluster).await;
-        let keys = cluster.keys.clone();
-        let (clients, ranges) = cluster
-            .link
-            .run(|mut conn| async move {
-                redis::pipe()
-                    .hgetall(keys.bans())
-                    .hgetall(keys.ranges())
-                    .query_async::<(HashMap<String, String>, HashMap<String, String>)>(&mut conn)
-                    .await
-            })
-            .await?;
+        let clients = read_all(cluster, cluster.keys.bans()).await?;
+        let ranges = read_all(cluster, cluster.keys.ranges()).await?;
         let mut stored = std::collections::HashSet::new();
         for (records, range) in [(&clients, false), (&ranges, true)] {
             for (field, text) in records {
@@ -440,6 +434,41 @@ async fn write_record(
         .run(|mut conn| async move { invocation.invoke_async::<i64>(&mut conn).await })
         .await
         .map(|_| ())
+}
+
+/// Every field and value of a records hash, read in bounded pieces so a long ban list never
+/// makes one exchange outlast the command timeout.
+async fn read_all(
+    cluster: &Cluster,
+    key: String,
+) -> Result<Vec<(String, String)>, super::LinkError> {
+    let mut found = Vec::new();
+    let mut cursor = "0".to_owned();
+    // HSCAN may return a field more than once; later copies are the same record.
+    for _ in 0..100_000 {
+        let key = key.clone();
+        let (next, page) = cluster
+            .link
+            .run(|mut conn| async move {
+                redis::cmd("HSCAN")
+                    .arg(key)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async::<(String, Vec<String>)>(&mut conn)
+                    .await
+            })
+            .await?;
+        let mut page = page.into_iter();
+        while let (Some(field), Some(value)) = (page.next(), page.next()) {
+            found.push((field, value));
+        }
+        if next == "0" {
+            break;
+        }
+        cursor = next;
+    }
+    Ok(found)
 }
 
 /// Forgets records whose time has passed.
@@ -544,6 +573,11 @@ pub(crate) fn spawn_strikes(app: Weak<App>, cluster: Arc<Cluster>) -> tokio::tas
             let totals = match totals {
                 Ok(totals) => totals,
                 Err(error) => {
+                    let count = u64::try_from(scopes.len()).unwrap_or(u64::MAX);
+                    cluster
+                        .bans
+                        .strikes_unsent
+                        .fetch_add(count, Ordering::Relaxed);
                     tracing::debug!("cluster: strikes not shared: {error}");
                     continue;
                 }
@@ -561,6 +595,41 @@ pub(crate) fn spawn_strikes(app: Weak<App>, cluster: Arc<Cluster>) -> tokio::tas
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_strike_queue_drops_and_counts_without_waiting() {
+        let bans = SharedBans::default();
+        let scope: IpNet = "203.0.113.7/32".parse().unwrap();
+        for _ in 0..STRIKE_QUEUE + 5 {
+            bans.on_strike(scope, 1);
+        }
+        assert_eq!(bans.strikes_dropped.load(Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn changes_made_here_keep_their_order_within_a_millisecond() {
+        let bans = SharedBans::default();
+        let scope: IpNet = "203.0.113.7/32".parse().unwrap();
+        let ban = SharedChange::Banned {
+            scope,
+            range: false,
+            until: FOREVER,
+            offenses: 1,
+            cause: BanCause::Operator,
+        };
+        bans.on_local(&ban, "a");
+        let first = bans.outbox.lock()[&(scope, false)].at;
+        bans.on_local(
+            &SharedChange::Lifted {
+                scope,
+                range: false,
+            },
+            "a",
+        );
+        let queued = bans.outbox.lock()[&(scope, false)].clone();
+        assert!(queued.lifted && queued.at > first);
+        assert_eq!(bans.unwritten(), 1);
+    }
 
     #[test]
     fn fields_name_clients_and_ranges_both_ways() {
