@@ -437,6 +437,7 @@ impl App {
         self.change_settings_inner(
             |config, baseline| edit(config, baseline).map_err(ChangeError::Invalid),
             true,
+            true,
         )
     }
 
@@ -458,6 +459,25 @@ impl App {
         changes: &serde_json::Map<String, serde_json::Value>,
         resets: &[String],
         guard: impl FnOnce(&Config) -> Result<(), Problem>,
+    ) -> Result<Arc<Generation>, ChangeError> {
+        self.apply_change_shared(changes, resets, guard, true)
+    }
+
+    /// Applies values another instance of the cluster changed, as [`App::apply_change`] does,
+    /// without sharing them again.
+    pub(crate) fn apply_shared_change(
+        &self,
+        changes: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Arc<Generation>, ChangeError> {
+        self.apply_change_shared(changes, &[], |_| Ok(()), false)
+    }
+
+    fn apply_change_shared(
+        &self,
+        changes: &serde_json::Map<String, serde_json::Value>,
+        resets: &[String],
+        guard: impl FnOnce(&Config) -> Result<(), Problem>,
+        share: bool,
     ) -> Result<Arc<Generation>, ChangeError> {
         if changes.is_empty() && resets.is_empty() {
             return Err(ChangeError::Invalid("nothing to change".into()));
@@ -493,6 +513,7 @@ impl App {
                 }
             },
             true,
+            share,
         )
     }
 
@@ -513,6 +534,7 @@ impl App {
                 Ok(())
             },
             false,
+            true,
         )
     }
 
@@ -520,6 +542,7 @@ impl App {
         &self,
         edit: impl FnOnce(&mut Config, &Config) -> Result<(), ChangeError>,
         save: bool,
+        share: bool,
     ) -> Result<Arc<Generation>, ChangeError> {
         let _serial = self.change_lock.lock();
         let current = self.generation.load_full();
@@ -561,6 +584,12 @@ impl App {
             .reconfigure(abuse::AbuseSettings::from_config(&generation.config));
         if let Some(lane) = self.fastlane.current() {
             lane.set_entry_ttl(generation.config.fastlane_entry_ttl);
+        }
+        // Other instances of a cluster take the change too (not one they sent us).
+        if share && let Some(cluster) = &self.cluster {
+            cluster
+                .settings
+                .on_local_change(&current.config, &generation.config);
         }
         Ok(generation)
     }

@@ -24,7 +24,10 @@ use std::time::Duration;
 use crate::config::{BanPathMatcher, CidrList, Config, PathList};
 
 pub use ranges::BanTarget;
-pub use registry::{AbuseStats, BanCause, BanHook, BanNotice, BanView, Registry};
+pub use registry::{
+    AbuseStats, BanCause, BanHook, BanNotice, BanView, Registry, ShareHook, SharedChange,
+    StrikeHook,
+};
 
 pub(crate) use record::{BanSnapshot, ImportReport};
 

@@ -31,6 +31,33 @@ pub(crate) type LineRemover = Arc<dyn Fn(&dyn Fn(IpAddr) -> bool) -> usize + Sen
 /// on the thread that banned (often a request's), with no registry lock held.
 pub type BanHook = Arc<dyn Fn(&BanNotice) + Send + Sync>;
 
+/// A ban change made on this instance that the other instances of a cluster should make too.
+/// Changes applied because another instance made them are never reported again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedChange {
+    Banned {
+        /// A client's key (/32, /64, shared /48) or a range.
+        scope: IpNet,
+        range: bool,
+        /// Unix nanos; [`FOREVER`] = permanent.
+        until: i64,
+        offenses: u32,
+        cause: BanCause,
+    },
+    Lifted {
+        scope: IpNet,
+        range: bool,
+    },
+}
+
+/// Told of every [`SharedChange`]. It runs on the thread that made the change (often a
+/// request's), with no registry lock held, so it must not block.
+pub type ShareHook = Arc<dyn Fn(&SharedChange) + Send + Sync>;
+
+/// Told of every strike that was counted and did not ban: the struck key's addresses and the
+/// weight. Same rules as [`ShareHook`].
+pub type StrikeHook = Arc<dyn Fn(IpNet, u32) + Send + Sync>;
+
 /// What made a ban begin or change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BanCause {
@@ -114,6 +141,10 @@ struct LineDrop {
     remover: RwLock<Option<LineRemover>>,
     /// Observer of bans; it runs after the line has been cleared.
     ban_hook: RwLock<Option<BanHook>>,
+    /// Observer of local ban changes other instances should hear of (`-cluster`).
+    share_hook: RwLock<Option<ShareHook>>,
+    /// Observer of strikes that did not ban, so other instances' strikes can add up.
+    strike_hook: RwLock<Option<StrikeHook>>,
     pending: Mutex<Vec<IpNet>>,
     draining: AtomicBool,
 }
@@ -177,10 +208,42 @@ impl Registry {
     }
 
     fn notify(&self, notice: BanNotice) {
+        self.notify_observers(notice);
+        let share = self.line.share_hook.read().clone();
+        if let Some(share) = share {
+            share(&SharedChange::Banned {
+                scope: notice.scope,
+                range: notice.range,
+                until: notice.until,
+                offenses: self.offenses_of(notice.scope, notice.range),
+                cause: notice.cause,
+            });
+        }
+    }
+
+    /// Tells the ban hook (the history) alone: for bans another instance made.
+    fn notify_observers(&self, notice: BanNotice) {
         let hook = self.line.ban_hook.read().clone();
         if let Some(hook) = hook {
             hook(&notice);
         }
+    }
+
+    fn share_lift(&self, scope: IpNet, range: bool) {
+        let share = self.line.share_hook.read().clone();
+        if let Some(share) = share {
+            share(&SharedChange::Lifted { scope, range });
+        }
+    }
+
+    /// Who hears of ban changes made here so other instances can make them too.
+    pub fn set_share_hook(&self, hook: ShareHook) {
+        *self.line.share_hook.write() = Some(hook);
+    }
+
+    /// Who hears of strikes that did not ban, so strikes on several instances add up.
+    pub fn set_strike_hook(&self, hook: StrikeHook) {
+        *self.line.strike_hook.write() = Some(hook);
     }
 
     /// A counter that moves whenever bans or offense history change.
@@ -263,7 +326,7 @@ impl Registry {
                 }
                 (false, None)
             });
-        match outcome {
+        let banned = match outcome {
             Some((banned, fresh)) => {
                 if let Some(length) = fresh {
                     self.started(key, length, now, BanCause::Strikes);
@@ -271,7 +334,14 @@ impl Registry {
                 banned
             }
             None => false,
+        };
+        if !banned {
+            let hook = self.line.strike_hook.read().clone();
+            if let Some(hook) = hook {
+                hook(key.network(), weight);
+            }
         }
+        banned
     }
 
     /// Bans at once, escalating (ban paths, "kick and ban"). Already banned → the time left, no
@@ -460,7 +530,12 @@ impl Registry {
 
     /// Forgets a client (its ban and offense history). False when it was not tracked.
     pub fn unban(&self, ip: IpAddr) -> bool {
-        self.forget(Key::of(ip))
+        let key = Key::of(ip);
+        let removed = self.forget(key);
+        if removed {
+            self.share_lift(key.network(), false);
+        }
+        removed
     }
 
     fn forget(&self, key: Key) -> bool {
@@ -480,12 +555,18 @@ impl Registry {
                 if self.ranges.unban(net) {
                     self.counters.changes.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(range = %net, "abuse: range unbanned");
+                    self.share_lift(net, true);
                     return true;
                 }
                 match net {
-                    IpNet::V6(v6) if v6.prefix_len() == 48 => Key::of(net.addr())
-                        .wide()
-                        .is_some_and(|wide| self.forget(wide)),
+                    IpNet::V6(v6) if v6.prefix_len() == 48 => {
+                        let wide = Key::of(net.addr()).wide();
+                        let removed = wide.is_some_and(|wide| self.forget(wide));
+                        if let (true, Some(wide)) = (removed, wide) {
+                            self.share_lift(wide.network(), false);
+                        }
+                        removed
+                    }
                     _ => false,
                 }
             }
@@ -848,4 +929,127 @@ fn max_entries(settings: &AbuseSettings) -> usize {
     usize::try_from(settings.max_entries)
         .unwrap_or(usize::MAX)
         .max(1)
+}
+
+/// The client key whose addresses are exactly `scope`: a /32, a /64 or a shared /48.
+fn key_of_scope(scope: IpNet) -> Option<Key> {
+    let key = Key::of(scope.addr());
+    match scope {
+        IpNet::V4(v4) if v4.prefix_len() == 32 => Some(key),
+        IpNet::V6(v6) if v6.prefix_len() == 64 => Some(key),
+        IpNet::V6(v6) if v6.prefix_len() == 48 => key.wide(),
+        _ => None,
+    }
+}
+
+/// Bans another instance of a cluster made or lifted. They change this registry as an operator
+/// ban would (waiting visitors leave the line, the history hears of it, bans.json is saved),
+/// but are never reported to the share hook, so they do not travel back.
+impl Registry {
+    /// The offense count of the client key or range `scope` (0 when untracked).
+    pub fn offenses_of(&self, scope: IpNet, range: bool) -> u32 {
+        if range {
+            return self.ranges.get(scope).map_or(0, |ban| ban.offenses);
+        }
+        key_of_scope(scope).map_or(0, |key| {
+            self.table
+                .read(key, |entry| entry.map_or(0, |e| e.offenses))
+        })
+    }
+
+    /// Bans `scope` until `until` (unix nanos, [`FOREVER`] = permanent) with at least
+    /// `offenses` offenses, as another instance did. False when nothing changed: the same end
+    /// is already in force, it has ended, the client is exempt here, or there is no room.
+    pub fn apply_shared_ban(
+        &self,
+        scope: IpNet,
+        range: bool,
+        until: i64,
+        offenses: u32,
+        cause: BanCause,
+    ) -> bool {
+        let now = self.now();
+        if until != FOREVER && until <= now {
+            return false;
+        }
+        let notice = if range {
+            let net = scope.trunc();
+            let before = self.ranges.get(net);
+            if before.is_some_and(|ban| ban.until == until) {
+                return false;
+            }
+            let fresh = before.is_none_or(|ban| ban.until <= now);
+            let ban = RangeBan {
+                until,
+                offenses: offenses.max(before.map_or(0, |ban| ban.offenses)).max(1),
+            };
+            if self.ranges.restore(net, ban).is_err() {
+                return false;
+            }
+            if fresh {
+                self.counters.bans.fetch_add(1, Ordering::Relaxed);
+            }
+            BanNotice {
+                scope: net,
+                range: true,
+                until,
+                fresh,
+                cause,
+            }
+        } else {
+            let Some(key) = key_of_scope(scope) else {
+                return false;
+            };
+            let settings = self.settings.load_full();
+            if settings.is_exempt(scope.addr()) {
+                return false;
+            }
+            let changed = self
+                .table
+                .upsert(key, now, max_entries(&settings), |entry| {
+                    if entry.banned_until == until {
+                        return None;
+                    }
+                    let fresh = !entry.is_banned(now);
+                    entry.offenses = entry.offenses.max(offenses).max(1);
+                    entry.banned_until = until;
+                    entry.window.reset(now);
+                    entry.last_active = now;
+                    Some(fresh)
+                })
+                .flatten();
+            let Some(fresh) = changed else {
+                return false;
+            };
+            if fresh {
+                self.counters.bans.fetch_add(1, Ordering::Relaxed);
+            }
+            BanNotice {
+                scope: key.network(),
+                range: false,
+                until,
+                fresh,
+                cause,
+            }
+        };
+        self.counters.changes.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(client = %notice.scope, range, permanent = until == FOREVER, "abuse: ban shared by another instance");
+        self.drop_waiting(notice.scope);
+        self.notify_observers(notice);
+        true
+    }
+
+    /// Lifts the ban on exactly `scope` (a client key or a range) because another instance
+    /// lifted it. False when there was nothing to lift.
+    pub fn apply_shared_lift(&self, scope: IpNet, range: bool) -> bool {
+        if range {
+            let removed = self.ranges.unban(scope.trunc());
+            if removed {
+                self.counters.changes.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(range = %scope, "abuse: range unbanned by another instance");
+            }
+            return removed;
+        }
+        key_of_scope(scope).is_some_and(|key| self.forget(key))
+    }
 }

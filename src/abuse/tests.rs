@@ -841,3 +841,118 @@ proptest! {
         }
     }
 }
+
+// ----- sharing with other instances ----------------------------------------------------------
+
+type Heard<T> = Arc<Mutex<Vec<T>>>;
+
+/// A registry whose share and strike hooks record what they hear.
+fn sharing(
+    edit: impl FnOnce(&mut AbuseSettings),
+) -> (Registry, Heard<SharedChange>, Heard<(IpNet, u32)>) {
+    let (registry, _clock) = setup(edit);
+    let shared = Arc::new(Mutex::new(Vec::new()));
+    let struck = Arc::new(Mutex::new(Vec::new()));
+    let into = shared.clone();
+    registry.set_share_hook(Arc::new(move |change: &SharedChange| {
+        into.lock().push(*change)
+    }));
+    let into = struck.clone();
+    registry.set_strike_hook(Arc::new(move |scope: IpNet, weight: u32| {
+        into.lock().push((scope, weight))
+    }));
+    (registry, shared, struck)
+}
+
+#[test]
+fn local_bans_and_lifts_are_shared_with_their_offenses() {
+    let (registry, shared, _) = sharing(|_| {});
+    registry
+        .ban(
+            BanTarget::parse("203.0.113.7").unwrap(),
+            BanLength::Permanent,
+        )
+        .unwrap();
+    registry
+        .ban(
+            BanTarget::parse("198.51.100.0/24").unwrap(),
+            BanLength::Timed(mins(60)),
+        )
+        .unwrap();
+    assert!(registry.unban(ip("203.0.113.7")));
+    assert!(registry.unban_target(BanTarget::parse("198.51.100.0/24").unwrap()));
+    let heard = shared.lock().clone();
+    assert_eq!(
+        heard,
+        vec![
+            SharedChange::Banned {
+                scope: net("203.0.113.7/32"),
+                range: false,
+                until: FOREVER,
+                offenses: 1,
+                cause: BanCause::Operator,
+            },
+            SharedChange::Banned {
+                scope: net("198.51.100.0/24"),
+                range: true,
+                until: T0 + HOUR,
+                offenses: 1,
+                cause: BanCause::Operator,
+            },
+            SharedChange::Lifted {
+                scope: net("203.0.113.7/32"),
+                range: false,
+            },
+            SharedChange::Lifted {
+                scope: net("198.51.100.0/24"),
+                range: true,
+            },
+        ]
+    );
+}
+
+#[test]
+fn strikes_that_do_not_ban_are_reported_and_the_banning_one_is_not() {
+    let (registry, shared, struck) = sharing(|s| s.threshold = 3);
+    let client = ip("2001:db8:1:2::9");
+    assert!(!registry.strike(client, 1));
+    assert!(!registry.strike(client, 1));
+    assert!(registry.strike(client, 1));
+    assert!(registry.strike(client, 1));
+    let scope = net("2001:db8:1:2::/64");
+    assert_eq!(struck.lock().clone(), vec![(scope, 1), (scope, 1)]);
+    assert!(matches!(
+        shared.lock().as_slice(),
+        [SharedChange::Banned {
+            cause: BanCause::Strikes,
+            offenses: 1,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn bans_from_other_instances_apply_without_being_shared_again() {
+    let (registry, shared, _) = sharing(|s| s.allow = CidrList::parse("192.0.2.0/24").unwrap());
+    let scope = net("203.0.113.7/32");
+    assert!(registry.apply_shared_ban(scope, false, T0 + HOUR, 3, BanCause::Strikes));
+    assert_eq!(timed(registry.banned(ip("203.0.113.7"))), mins(60));
+    assert_eq!(registry.offenses_of(scope, false), 3);
+    // The same end again changes nothing; an ended one is refused.
+    assert!(!registry.apply_shared_ban(scope, false, T0 + HOUR, 3, BanCause::Strikes));
+    assert!(!registry.apply_shared_ban(scope, false, T0 - 1, 3, BanCause::Strikes));
+    // Exempt clients here stay unbanned; ranges apply.
+    assert!(!registry.apply_shared_ban(net("192.0.2.9/32"), false, FOREVER, 1, BanCause::Operator));
+    let range = net("198.51.100.0/24");
+    assert!(registry.apply_shared_ban(range, true, FOREVER, 1, BanCause::Operator));
+    assert_eq!(
+        registry.banned(ip("198.51.100.40")),
+        Some(BanLength::Permanent)
+    );
+    assert!(registry.apply_shared_lift(range, true));
+    assert!(registry.apply_shared_lift(scope, false));
+    assert!(!registry.apply_shared_lift(scope, false));
+    assert_eq!(registry.banned(ip("203.0.113.7")), None);
+    assert!(shared.lock().is_empty(), "{:?}", shared.lock());
+    assert!(registry.changes() >= 4);
+}

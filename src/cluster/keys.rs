@@ -46,6 +46,41 @@ impl Keys {
     pub fn events(&self) -> String {
         self.key("events")
     }
+
+    /// Hash: client key (`203.0.113.7`, `2001:db8:1:2::/64`) → JSON ban or lift record.
+    pub fn bans(&self) -> String {
+        self.key("bans")
+    }
+
+    /// Sorted set: `bans` field → the Redis time (ms) its record may be forgotten.
+    pub fn ban_ends(&self) -> String {
+        self.key("bans:ends")
+    }
+
+    /// Hash: range (`198.51.100.0/24`) → JSON ban or lift record.
+    pub fn ranges(&self) -> String {
+        self.key("ranges")
+    }
+
+    /// Sorted set: `ranges` field → the Redis time (ms) its record may be forgotten.
+    pub fn range_ends(&self) -> String {
+        self.key("ranges:ends")
+    }
+
+    /// Counter of one client's strikes on every instance, expiring with the strike window.
+    pub fn strikes(&self, client: &str) -> String {
+        self.key(&format!("strikes:{client}"))
+    }
+
+    /// String: the shared live settings, JSON `{version, from, values}`.
+    pub fn settings(&self) -> String {
+        self.key("settings")
+    }
+
+    /// Counter: the version of `settings`, raised by every write.
+    pub fn settings_version(&self) -> String {
+        self.key("settings:version")
+    }
 }
 
 #[cfg(test)]

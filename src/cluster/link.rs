@@ -32,6 +32,8 @@ pub enum LinkError {
 #[derive(Clone)]
 pub struct Link {
     manager: ConnectionManager,
+    /// For the dedicated pub/sub connection, which a multiplexed connection cannot carry.
+    client: redis::Client,
     health: Arc<Health>,
 }
 
@@ -68,10 +70,11 @@ impl Link {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
-        let manager = ConnectionManager::new_lazy_with_config(client, config)
+        let manager = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| address_error(e.to_string()))?;
         Ok(Link {
             manager,
+            client,
             health: Arc::new(Health::default()),
         })
     }
@@ -79,6 +82,22 @@ impl Link {
     /// A connection handle for one or more commands (clones share the one connection).
     pub fn connection(&self) -> ConnectionManager {
         self.manager.clone()
+    }
+
+    /// A new connection subscribed to `channel`, within [`CONNECT_TIMEOUT`] plus
+    /// [`COMMAND_TIMEOUT`]. It does not reconnect by itself: its stream ends when the
+    /// connection is lost, and the caller opens another.
+    pub async fn subscribe(&self, channel: &str) -> Result<redis::aio::PubSub, LinkError> {
+        let subscribed = async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(channel).await?;
+            Ok::<_, RedisError>(pubsub)
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT + COMMAND_TIMEOUT, subscribed).await {
+            Ok(Ok(pubsub)) => Ok(pubsub),
+            Ok(Err(error)) => Err(LinkError::Redis(error)),
+            Err(_) => Err(LinkError::Timeout(CONNECT_TIMEOUT + COMMAND_TIMEOUT)),
+        }
     }
 
     /// How the link is doing.

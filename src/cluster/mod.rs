@@ -8,10 +8,16 @@
 //! with a share of the cap until Redis is back.
 //!
 //! - `keys`: the names of the shared keys, under `concert:{<cluster-name>}:`;
-//! - `link`: the connection, its timeouts and its health figures.
+//! - `link`: the connection, its timeouts and its health figures;
+//! - `events`: the channel every instance hears the others' ban and settings changes on;
+//! - `bans`: one ban list and one strike count;
+//! - `settings`: one set of live settings.
 
+pub mod bans;
+pub mod events;
 pub mod keys;
 pub mod link;
+pub mod settings;
 
 use std::fmt;
 use std::sync::Arc;
@@ -84,6 +90,12 @@ pub struct Cluster {
     pub id: String,
     pub keys: Keys,
     pub link: Link,
+    /// Bans and strikes shared with the other instances.
+    pub bans: bans::SharedBans,
+    /// Live settings shared with the other instances.
+    pub settings: settings::SharedSettings,
+    /// The events subscription.
+    pub events: events::EventsHealth,
 }
 
 impl fmt::Debug for Cluster {
@@ -105,6 +117,9 @@ impl Cluster {
             id: instance_id(),
             link,
             options,
+            bans: bans::SharedBans::default(),
+            settings: settings::SharedSettings::default(),
+            events: events::EventsHealth::default(),
         }))
     }
 }
@@ -121,7 +136,13 @@ pub(crate) fn start(app: &Arc<crate::app::App>) -> Vec<tokio::task::JoinHandle<(
         name = %cluster.options.name,
         "sharing the cap, line and bans with other instances through Redis"
     );
-    Vec::new()
+    bans::wire(app, &cluster);
+    vec![
+        bans::spawn_writer(cluster.clone()),
+        bans::spawn_strikes(Arc::downgrade(app), cluster.clone()),
+        settings::spawn_writer(Arc::downgrade(app), cluster.clone()),
+        events::spawn(Arc::downgrade(app), cluster),
+    ]
 }
 
 /// This instance's name among the others: host name, process id and a random part, so two
