@@ -8,9 +8,11 @@
 //! with a share of the cap until Redis is back.
 //!
 //! - `keys`: the names of the shared keys, under `concert:{<cluster-name>}:`;
-//! - `link`: the connection, its timeouts and its health figures.
+//! - `link`: the connection, its timeouts and its health figures;
+//! - `line`: the one FIFO line, its tickets, calls and entries.
 
 pub mod keys;
+pub mod line;
 pub mod link;
 
 use std::fmt;
@@ -84,6 +86,8 @@ pub struct Cluster {
     pub id: String,
     pub keys: Keys,
     pub link: Link,
+    /// The shared line's figures, script and admission rate.
+    pub line: line::SharedLine,
 }
 
 impl fmt::Debug for Cluster {
@@ -105,6 +109,7 @@ impl Cluster {
             id: instance_id(),
             link,
             options,
+            line: line::SharedLine::new(),
         }))
     }
 }
@@ -121,7 +126,7 @@ pub(crate) fn start(app: &Arc<crate::app::App>) -> Vec<tokio::task::JoinHandle<(
         name = %cluster.options.name,
         "sharing the cap, line and bans with other instances through Redis"
     );
-    Vec::new()
+    vec![line::spawn_line_caller(app)]
 }
 
 /// This instance's name among the others: host name, process id and a random part, so two

@@ -144,6 +144,21 @@ impl Gate {
         state.sample_utilization();
     }
 
+    /// Adds one slot and hands it to the caller in the same step, so no one else can take it:
+    /// a visitor called from the shared line comes in on a slot the cluster leased for them
+    /// alone. Free slots and any debt are left as they were; dropping the permit releases it
+    /// as any other (paying debt first).
+    pub fn grow_one(self: &Arc<Self>) -> Permit {
+        let mut state = self.state.lock();
+        state.capacity = (state.capacity + 1).min(Semaphore::MAX_PERMITS);
+        state.in_use += 1;
+        state.sample_utilization();
+        drop(state);
+        Permit {
+            gate: Arc::clone(self),
+        }
+    }
+
     /// Slots currently held (may exceed the capacity right after a shrink).
     pub fn in_use(&self) -> usize {
         self.state.lock().in_use
@@ -262,6 +277,31 @@ mod tests {
         drop(held);
         assert_eq!(gate.in_use(), 0);
         assert_eq!(gate.available(), 1);
+    }
+
+    #[test]
+    fn grow_one_hands_its_slot_to_the_caller_alone() {
+        let gate = Gate::new(1);
+        let held = gate.try_acquire().unwrap();
+        let grown = gate.grow_one();
+        assert_eq!((gate.capacity(), gate.in_use()), (2, 2));
+        assert!(
+            gate.try_acquire().is_none(),
+            "the new slot is already taken"
+        );
+        drop(grown);
+        assert_eq!(gate.available(), 1);
+        drop(held);
+        assert_eq!((gate.available(), gate.in_use()), (2, 0));
+        // With debt outstanding the grown slot pays it on release instead of freeing a slot.
+        let holders: Vec<_> = (0..2).map(|_| gate.try_acquire().unwrap()).collect();
+        gate.resize(1);
+        let grown = gate.grow_one();
+        assert_eq!(gate.capacity(), 2);
+        drop(grown);
+        assert!(gate.try_acquire().is_none(), "debt paid, 2 held of 2");
+        drop(holders);
+        assert_eq!(gate.available(), 2);
     }
 
     #[test]
