@@ -17,7 +17,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -54,8 +54,6 @@ pub struct SharedLine {
     /// Woken when a page slot taken through the shared line is let go, so the head is called
     /// at once instead of at the next period.
     nudge: Notify,
-    /// Entries between their `arrive` and the local gate growing; the provisional lease waits.
-    entering: AtomicUsize,
     epoch: Instant,
 }
 
@@ -109,7 +107,6 @@ impl SharedLine {
             },
             meter: Mutex::new((RateMeter::new(0), None)),
             nudge: Notify::new(),
-            entering: AtomicUsize::new(0),
             epoch: Instant::now(),
         };
         line.set_timing(&RoomSettings::default());
@@ -510,7 +507,6 @@ pub(crate) async fn decide(
     if let Some(token) = ticket
         && (line.waiting() > 0 || line.called() > 0)
     {
-        line.entering.fetch_add(1, Ordering::SeqCst);
         let visit = arrive(cluster, token, room.settings().cap).await;
         let decision = match visit {
             Ok(Visit::Entered) => Some(admit(room.page_gate().grow_one())),
@@ -527,7 +523,6 @@ pub(crate) async fn decide(
             Ok(Visit::Unknown) => None,
             Err(_) => Some(SharedDecision::Local),
         };
-        line.entering.fetch_sub(1, Ordering::SeqCst);
         if let Some(decision) = decision {
             return decision;
         }
@@ -607,32 +602,60 @@ pub(crate) async fn poll_outcome(
     }
 }
 
-/// A stand-in for the cluster's slot leases until the lease task serves this instance: keeps
-/// this instance's lease at the slots it uses (plus one idle slot while nobody waits) within
-/// the pool, and the page gate at that lease. Returns the lease.
-async fn provisional_lease(app: &App, cluster: &Cluster, cap: u32) -> Result<u64, LinkError> {
+/// A stand-in for the cluster's slot leases until the lease task serves this instance. The
+/// first run (and the first after a failure) sets the lease to the slots held here; later runs
+/// give idle slots back to the pool (keeping one while nobody waits, if the pool has it). Slots
+/// leave the gate before they leave the lease, and every step is a change relative to what
+/// Redis holds, so an entry meanwhile is never lost and the gate never exceeds the lease.
+async fn provisional_lease(
+    app: &App,
+    cluster: &Cluster,
+    cap: u32,
+    synced: &mut bool,
+) -> Result<(), LinkError> {
     let line = &cluster.line;
     let gate = app.room.page_gate();
-    let in_use = gate.in_use();
     let k = &cluster.keys;
     let mut invocation = line.lease_script.prepare_invoke();
+    invocation.key(k.leases()).key(k.reserved()).key(k.line());
+    if !*synced {
+        // Nobody can take a slot while the lease is read: only releases happen, so the count
+        // of slots held can only be too high.
+        gate.shed_idle(usize::MAX);
+        invocation
+            .arg("sync")
+            .arg(&cluster.id)
+            .arg(cap)
+            .arg(gate.in_use());
+        let lease =
+            cluster
+                .link
+                .run(|mut connection| async move {
+                    invocation.invoke_async::<i64>(&mut connection).await
+                })
+                .await?;
+        gate.resize(usize::try_from(lease).unwrap_or(0));
+        *synced = true;
+        return Ok(());
+    }
+    let waiting = line.waiting() > 0;
+    let keep = usize::from(!waiting);
+    let returned = gate.shed_idle(gate.available().saturating_sub(keep));
+    let want = !waiting && gate.available() == 0;
     invocation
-        .key(k.leases())
-        .key(k.reserved())
-        .key(k.line())
+        .arg("step")
         .arg(&cluster.id)
         .arg(cap)
-        .arg(in_use);
-    let reply = cluster
+        .arg(returned)
+        .arg(u8::from(want));
+    let granted = cluster
         .link
         .run(|mut connection| async move { invocation.invoke_async::<i64>(&mut connection).await })
         .await?;
-    let lease = u64::try_from(reply).unwrap_or(0);
-    // An entry between its script and its permit has a slot the gate does not show yet.
-    if line.entering.load(Ordering::SeqCst) == 0 {
-        gate.resize(usize::try_from(lease).unwrap_or(usize::MAX));
+    if granted == 1 {
+        gate.add(1);
     }
-    Ok(lease)
+    Ok(())
 }
 
 /// The caller task: every [`CALL_PERIOD`], or at once when a slot is let go here, the
@@ -641,6 +664,7 @@ async fn provisional_lease(app: &App, cluster: &Cluster, cap: u32) -> Result<u64
 pub(crate) fn spawn_line_caller(app: &Arc<App>) -> tokio::task::JoinHandle<()> {
     let app = Arc::downgrade(app);
     tokio::spawn(async move {
+        let mut synced = false;
         loop {
             let Some(strong) = app.upgrade() else { break };
             let Some(cluster) = strong.cluster.clone() else {
@@ -648,15 +672,17 @@ pub(crate) fn spawn_line_caller(app: &Arc<App>) -> tokio::task::JoinHandle<()> {
             };
             let settings = strong.room.settings();
             cluster.line.set_timing(&settings);
-            let outcome = match provisional_lease(&strong, &cluster, settings.cap).await {
-                Ok(_) => call(&cluster, settings.cap).await.map(|_| ()),
-                Err(error) => {
-                    // Alone until Redis is back, within the fallback share.
-                    let slots = cluster.options.fallback_slots(settings.cap, 1);
-                    strong.room.page_gate().resize(slots as usize);
-                    Err(error)
-                }
-            };
+            let outcome =
+                match provisional_lease(&strong, &cluster, settings.cap, &mut synced).await {
+                    Ok(()) => call(&cluster, settings.cap).await.map(|_| ()),
+                    Err(error) => {
+                        synced = false;
+                        // Alone until Redis is back, within the fallback share.
+                        let slots = cluster.options.fallback_slots(settings.cap, 1);
+                        strong.room.page_gate().resize(slots as usize);
+                        Err(error)
+                    }
+                };
             drop(strong);
             match outcome {
                 Ok(()) => tokio::select! {
