@@ -437,6 +437,42 @@ async fn an_abandoned_ticket_expires_and_frees_its_place() {
     holder.await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_each_instance_serves_from_its_local_room_and_comes_back() {
+    let mut server = RedisServer::start();
+    let origin = origins::fast_origin();
+    let [a, b] = pair(&server, "outage", &origin, "2").await;
+    server.kill();
+    for running in [&a, &b] {
+        let cluster = running.app.cluster.clone().unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || !cluster.line.is_live(&cluster)).await,
+            "the line still looks live without Redis"
+        );
+        let response = plain_client()
+            .get(url(running, "/alone"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    server.resume();
+    for running in [&a, &b] {
+        let cluster = running.app.cluster.clone().unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || cluster.line.is_live(&cluster)).await,
+            "the shared line never came back"
+        );
+        let response = plain_client()
+            .get(url(running, "/back"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    assert_eq!(origin.hits(), 4);
+}
+
 /// Admission latency: the time from a page slot freeing (the origin's answer) to the next
 /// visitor in line being called (the shared `calls` total rising, watched in Redis every
 /// millisecond), with 40 visitors queued across both instances and each retrying every 100 ms
