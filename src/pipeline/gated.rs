@@ -79,12 +79,12 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
     app.priority.count_request(rank);
     info.rank
         .store(rank.as_u8(), std::sync::atomic::Ordering::Relaxed);
-    // With a shared line, anyone waiting in it (on any instance) makes the room busy too.
+    // With a live shared line, anyone waiting in it (on any instance) makes the room busy too.
     let busy = app.room.is_busy()
         || app
             .cluster
             .as_ref()
-            .is_some_and(|cluster| cluster.line.waiting() > 0);
+            .is_some_and(|cluster| cluster.line.waiting() > 0 && cluster.line.is_live(cluster));
     if busy {
         let request = LaneRequest {
             rank,
