@@ -320,6 +320,16 @@ async fn a_visitor_queued_on_a_keeps_the_place_polled_through_b_and_enters_throu
     let second = queue(&b, "/second").await;
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(status(&second, &a).await["position"], 2);
+    // The waiting page shows the global place too, on the instance the visitor did not join.
+    let page = second
+        .get(url(&a, "/second"))
+        .header(ACCEPT, HTML_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let body = page.text().await.unwrap();
+    assert!(body.contains(r#"id="position">002<"#), "{body}");
     origin.release(1);
     holder.await.unwrap();
     let mut ready = false;
