@@ -81,6 +81,51 @@ impl Keys {
     pub fn settings_version(&self) -> String {
         self.key("settings:version")
     }
+
+    /// Slots set aside for visitors called from the line who have not come in yet.
+    pub fn reserved(&self) -> String {
+        self.key("reserved")
+    }
+
+    /// Counter: the number each new place in the shared line gets.
+    pub fn seq(&self) -> String {
+        self.key("seq")
+    }
+
+    /// Sorted set: waiting ticket → its number (FIFO by number).
+    pub fn line(&self) -> String {
+        self.key("line")
+    }
+
+    /// Sorted set: waiting ticket → when it was last seen (its expiry runs from there).
+    pub fn seen(&self) -> String {
+        self.key("seen")
+    }
+
+    /// Sorted set: called ticket → the Redis time (ms) by which it must come in.
+    pub fn called(&self) -> String {
+        self.key("called")
+    }
+
+    /// Hash: ticket → `address|issued ms|instance`.
+    pub fn tickets(&self) -> String {
+        self.key("tickets")
+    }
+
+    /// Hash: client address (IPv4, or IPv6 /64) → its live tickets.
+    pub fn per_address(&self) -> String {
+        self.key("per_address")
+    }
+
+    /// Hash: waiting ticket → when it last polled (the one-second poll throttle).
+    pub fn polled(&self) -> String {
+        self.key("polled")
+    }
+
+    /// Hash of the line's running totals: `calls`, `entered`.
+    pub fn line_stats(&self) -> String {
+        self.key("line_stats")
+    }
 }
 
 #[cfg(test)]

@@ -12,10 +12,12 @@
 //! - `events`: the channel every instance hears the others' ban and settings changes on;
 //! - `bans`: one ban list and one strike count;
 //! - `settings`: one set of live settings.
+//! - `line`: the one FIFO line, its tickets, calls and entries.
 
 pub mod bans;
 pub mod events;
 pub mod keys;
+pub mod line;
 pub mod link;
 pub mod settings;
 
@@ -96,6 +98,8 @@ pub struct Cluster {
     pub settings: settings::SharedSettings,
     /// The events subscription.
     pub events: events::EventsHealth,
+    /// The shared line's figures, script and admission rate.
+    pub line: line::SharedLine,
 }
 
 impl fmt::Debug for Cluster {
@@ -120,6 +124,7 @@ impl Cluster {
             bans: bans::SharedBans::default(),
             settings: settings::SharedSettings::default(),
             events: events::EventsHealth::default(),
+            line: line::SharedLine::new(),
         }))
     }
 }
@@ -142,6 +147,7 @@ pub(crate) fn start(app: &Arc<crate::app::App>) -> Vec<tokio::task::JoinHandle<(
         bans::spawn_strikes(Arc::downgrade(app), cluster.clone()),
         settings::spawn_writer(Arc::downgrade(app), cluster.clone()),
         events::spawn(Arc::downgrade(app), cluster),
+        line::spawn_line_caller(app),
     ]
 }
 

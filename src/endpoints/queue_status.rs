@@ -6,6 +6,8 @@ use axum::response::IntoResponse;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 
 use crate::admission::cookies::{CookieAttrs, TICKET, read_cookie};
+use crate::app::App;
+use crate::cluster::Cluster;
 use crate::respond::Rejection;
 use crate::respond::values::{JSON, NO_STORE};
 use crate::room::{PollOutcome, Room};
@@ -25,6 +27,42 @@ pub(crate) fn answer(
     method: &Method,
     headers: &HeaderMap,
 ) -> Response<Body> {
+    if let Some(early) = method_answer(method) {
+        return early;
+    }
+    let ticket = read_cookie(headers, TICKET);
+    // A removed visitor's page is sent in, to be told what happened.
+    let outcome = match ticket {
+        Some(token) if room.was_removed(token) => PollOutcome::Ready,
+        _ => room.poll(ticket),
+    };
+    respond(&outcome, ticket, cookies, ticket_max_age, tls)
+}
+
+/// [`answer`] while the cluster's shared line is live: the place is read from Redis, so a
+/// ticket issued on any instance is answered here.
+pub(crate) async fn answer_shared(
+    app: &App,
+    cluster: &Cluster,
+    cookies: &CookieAttrs,
+    ticket_max_age: u64,
+    tls: bool,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    if let Some(early) = method_answer(method) {
+        return early;
+    }
+    let ticket = read_cookie(headers, TICKET);
+    let outcome = match ticket {
+        Some(token) if app.room.was_removed(token) => PollOutcome::Ready,
+        _ => crate::cluster::line::poll_outcome(app, cluster, ticket).await,
+    };
+    respond(&outcome, ticket, cookies, ticket_max_age, tls)
+}
+
+/// The answer to methods other than GET and HEAD, if any.
+fn method_answer(method: &Method) -> Option<Response<Body>> {
     match *method {
         Method::GET | Method::HEAD => {}
         Method::OPTIONS => {
@@ -34,22 +72,28 @@ pub(crate) fn answer(
                 header::ALLOW,
                 HeaderValue::from_static("GET, HEAD, OPTIONS"),
             );
-            return response;
+            return Some(response);
         }
         _ => {
-            return Rejection::MethodNotAllowed {
-                allow: "GET, HEAD, OPTIONS",
-            }
-            .into_response();
+            return Some(
+                Rejection::MethodNotAllowed {
+                    allow: "GET, HEAD, OPTIONS",
+                }
+                .into_response(),
+            );
         }
     }
-    let ticket = read_cookie(headers, TICKET);
-    // A removed visitor's page is sent in, to be told what happened.
-    let outcome = match ticket {
-        Some(token) if room.was_removed(token) => PollOutcome::Ready,
-        _ => room.poll(ticket),
-    };
-    let (status, body, refresh) = status_body(&outcome);
+    None
+}
+
+fn respond(
+    outcome: &PollOutcome,
+    ticket: Option<&str>,
+    cookies: &CookieAttrs,
+    ticket_max_age: u64,
+    tls: bool,
+) -> Response<Body> {
+    let (status, body, refresh) = status_body(outcome);
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     let headers = response.headers_mut();

@@ -18,6 +18,7 @@ use crate::admission::cookies::{ADMIT, FASTLANE, PRIORITY, ROOM_PASS, TICKET, re
 use crate::admission::pass::{PassId, PassStatus, unix_now};
 use crate::admission::priority::{GrantAction, LaneDecision, LaneRequest, Rank};
 use crate::app::{App, Generation};
+use crate::cluster::line::SharedDecision;
 use crate::paths::reserved::QUEUE_STATUS;
 use crate::proxy::OriginPriority;
 use crate::respond::Rejection;
@@ -78,7 +79,13 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
     app.priority.count_request(rank);
     info.rank
         .store(rank.as_u8(), std::sync::atomic::Ordering::Relaxed);
-    if app.room.is_busy() {
+    // With a live shared line, anyone waiting in it (on any instance) makes the room busy too.
+    let busy = app.room.is_busy()
+        || app
+            .cluster
+            .as_ref()
+            .is_some_and(|cluster| cluster.line.waiting() > 0 && cluster.line.is_live(cluster));
+    if busy {
         let request = LaneRequest {
             rank,
             form: pass
@@ -99,6 +106,40 @@ pub(super) async fn gated<B: RequestBody + Unpin>(
                 return refusal.for_client(info.html).into_response();
             }
             LaneDecision::Room => {}
+        }
+    }
+    if let Some(cluster) = &app.cluster
+        && cluster.line.is_live(cluster)
+    {
+        // Boxed: pages served without a cluster do not carry this future.
+        let decision = Box::pin(crate::cluster::line::decide(
+            app,
+            cluster,
+            ticket_cookie,
+            info.client,
+        ))
+        .await;
+        match decision {
+            SharedDecision::Admit(hold) => {
+                return admitted(app, generation, info, req, hold, pass).await;
+            }
+            SharedDecision::Wait(waiting) => {
+                return waiting_response(generation, info, &waiting);
+            }
+            SharedDecision::Full => {
+                let retry_after = generation.config.effective_retry_after();
+                return Rejection::QueueFull { retry_after }
+                    .for_client(info.html)
+                    .into_response();
+            }
+            SharedDecision::AddressFull => {
+                let retry_after = generation.config.effective_retry_after();
+                return Rejection::AddressLineFull { retry_after }
+                    .for_client(info.html)
+                    .into_response();
+            }
+            // Redis could not decide: the local room does.
+            SharedDecision::Local => {}
         }
     }
     let arrival = Arrival {

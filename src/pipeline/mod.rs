@@ -165,14 +165,28 @@ async fn run_stages<B: RequestBody + Unpin>(
                     info.path(),
                 ),
             },
-            Stage::QueueStatus => endpoints::queue_status::answer(
-                &app.room,
-                &generation.cookies,
-                generation.ticket_max_age,
-                info.conn.tls,
-                &method,
-                req.headers(),
-            ),
+            Stage::QueueStatus => match &app.cluster {
+                Some(cluster) if cluster.line.is_live(cluster) => {
+                    Box::pin(endpoints::queue_status::answer_shared(
+                        &app,
+                        cluster,
+                        &generation.cookies,
+                        generation.ticket_max_age,
+                        info.conn.tls,
+                        &method,
+                        req.headers(),
+                    ))
+                    .await
+                }
+                _ => endpoints::queue_status::answer(
+                    &app.room,
+                    &generation.cookies,
+                    generation.ticket_max_age,
+                    info.conn.tls,
+                    &method,
+                    req.headers(),
+                ),
+            },
             Stage::Metrics => endpoints::metrics::answer(&app, &method, req.headers()),
             Stage::Bypass => origin::forward(&app, &generation, &info, req, None).await,
             Stage::Asset => tiers::private_asset(&app, &generation, &info, req).await,

@@ -34,7 +34,7 @@ impl WaitEstimate {
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct RateMeter {
+pub(crate) struct RateMeter {
     bucket_start: u64,
     current: u64,
     /// Newest last.
@@ -45,7 +45,7 @@ pub(super) struct RateMeter {
 }
 
 impl RateMeter {
-    pub(super) fn new(now_ms: u64) -> RateMeter {
+    pub(crate) fn new(now_ms: u64) -> RateMeter {
         RateMeter {
             bucket_start: now_ms,
             current: 0,
@@ -78,19 +78,19 @@ impl RateMeter {
     }
 
     /// Counts `advances` places the waiting visitors moved forward at `now_ms`.
-    pub(super) fn record(&mut self, now_ms: u64, advances: u64) {
+    pub(crate) fn record(&mut self, now_ms: u64, advances: u64) {
         self.roll(now_ms);
         self.current += advances;
     }
 
     /// Places moved forward per second (smoothed), for stats.
-    pub(super) fn rate(&mut self, now_ms: u64) -> f64 {
+    pub(crate) fn rate(&mut self, now_ms: u64) -> f64 {
         self.roll(now_ms);
         self.ewma
     }
 
     /// Estimated wait for someone at `position` (≥ 1).
-    pub(super) fn estimate(&mut self, now_ms: u64, position: u64) -> WaitEstimate {
+    pub(crate) fn estimate(&mut self, now_ms: u64, position: u64) -> WaitEstimate {
         self.roll(now_ms);
         let recent: u64 = self.history.iter().sum::<u64>() + self.current;
         let last_half_minute: u64 = self.history[HISTORY - 3..].iter().sum::<u64>() + self.current;

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 
 use crate::sys::slots::Gate;
 
+pub(crate) use estimate::RateMeter;
 pub use estimate::WaitEstimate;
 pub use notes::{NoteStats, TicketNote};
 pub use seal::TicketSeal;
@@ -51,7 +52,6 @@ pub(crate) use snapshot::{Snapshot, SnapshotError, WallTime};
 pub(crate) use status::PollOutcome;
 pub(crate) use visit::{AddressExemption, QueueEvent, QueueHook, RoomPromoteError};
 
-use estimate::RateMeter;
 use line::{Key, Line};
 use settings::duration_ms;
 use shared::{CLOCK_BIAS_MS, Core, Counters, Shared, bump};
@@ -160,7 +160,7 @@ impl Room {
         match permit {
             Some(permit) => {
                 admission.armed = false;
-                let slot = admission.shared.enter(admission.key, permit);
+                let slot = admission.shared.enter(Some(admission.key), permit);
                 AdmitResult::Admitted(slot)
             }
             None => {
@@ -400,6 +400,48 @@ impl Room {
             core.occupancy >= core.line.cap()
         };
         occupancy || self.shared.tokens.len() > 0
+    }
+
+    /// The page gate: the slots this instance may hold at the origin at once.
+    pub fn page_gate(&self) -> &Arc<Gate> {
+        &self.shared.gate
+    }
+
+    /// Counts a visitor the cluster's shared line let in on `permit` (a slot of the page gate)
+    /// as the room counts its own: occupancy and admissions. The local line is not touched.
+    pub fn admit_shared(&self, permit: crate::sys::slots::Permit) -> PageSlot {
+        self.shared.enter(None, permit)
+    }
+
+    /// A new ticket sealed as the room seals its own, as its cookie value: valid on every
+    /// instance sharing the admission secret.
+    pub fn issue_ticket(&self) -> String {
+        tokens::token_hex(&self.shared.seal.issue())
+    }
+
+    /// Whether `ticket` (a cookie value) holds a place in this room's own line.
+    pub fn holds_ticket(&self, ticket: &str) -> bool {
+        parse_token(ticket).is_some_and(|token| {
+            self.shared.tokens.lock_for(&token).contains_key(&token)
+                || self.shared.lapsed.lock().contains_key(&token)
+        })
+    }
+
+    /// Whether `ticket` (a cookie value) was sealed under this room's secret.
+    pub fn recognises(&self, ticket: &str) -> bool {
+        parse_token(ticket).is_some_and(|token| self.shared.seal.issued_here(&token))
+    }
+
+    /// Reports a visitor queued elsewhere than in this room (the shared line) as the room
+    /// reports its own: the queued count and the queue hook.
+    pub(crate) fn note_queued(&self, event: QueueEvent) {
+        self.shared.emit_queue(event);
+    }
+
+    /// Whether the per-address ticket bound leaves `client` alone.
+    pub(crate) fn address_exempt(&self, client: IpAddr) -> bool {
+        let exemption = self.shared.address_exemption.read().clone();
+        exemption.is_some_and(|exempt| exempt(client))
     }
 
     pub fn set_queue_hook(&self, hook: QueueHook) {

@@ -145,14 +145,16 @@ impl Drop for Admission {
 /// A held page slot; dropping it ends the visit (occupancy − 1, now serving + 1, ledger drained).
 pub struct PageSlot {
     pub(super) shared: Arc<Shared>,
-    pub(super) key: Key,
+    /// The local line's key; `None` for a visitor let in by the cluster's shared line, whose
+    /// ending moves no place in the local line.
+    pub(super) key: Option<Key>,
     pub(super) permit: Option<Permit>,
 }
 
 impl fmt::Debug for PageSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PageSlot")
-            .field("ticket", &self.key.number)
+            .field("ticket", &self.key.map(|key| key.number))
             .finish()
     }
 }
@@ -166,9 +168,11 @@ impl Drop for PageSlot {
         let cap = core.line.cap();
         core.occupancy = core.occupancy.saturating_sub(1);
         let drained = core.occupancy + 1 == cap;
-        core.line.mark_ended(self.key);
-        let moved = core.line.release();
-        core.meter.record(now, moved);
+        if let Some(key) = self.key {
+            core.line.mark_ended(key);
+            let moved = core.line.release();
+            core.meter.record(now, moved);
+        }
         let (occupancy, depth) = (core.occupancy, core.line.queue_depth());
         drop(core);
         if drained {
@@ -513,7 +517,7 @@ impl Shared {
         }
     }
 
-    pub(super) fn enter(self: &Arc<Self>, key: Key, permit: Permit) -> PageSlot {
+    pub(super) fn enter(self: &Arc<Self>, key: Option<Key>, permit: Permit) -> PageSlot {
         let mut core = self.core.lock();
         core.occupancy += 1;
         let cap = core.line.cap();

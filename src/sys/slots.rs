@@ -144,6 +144,46 @@ impl Gate {
         state.sample_utilization();
     }
 
+    /// Adds one slot and hands it to the caller in the same step, so no one else can take it:
+    /// a visitor called from the shared line comes in on a slot the cluster leased for them
+    /// alone. Free slots and any debt are left as they were; dropping the permit releases it
+    /// as any other (paying debt first).
+    pub fn grow_one(self: &Arc<Self>) -> Permit {
+        let mut state = self.state.lock();
+        state.capacity = (state.capacity + 1).min(Semaphore::MAX_PERMITS);
+        state.in_use += 1;
+        state.sample_utilization();
+        drop(state);
+        Permit {
+            gate: Arc::clone(self),
+        }
+    }
+
+    /// Takes up to `most` free slots out of the capacity in one step (held slots are never
+    /// touched, and no debt is made); returns how many went. Slots given back to a shared pool
+    /// must first leave the gate this way, or a newcomer could take one meanwhile.
+    pub fn shed_idle(&self, most: usize) -> usize {
+        let mut state = self.state.lock();
+        let removed = self.free.forget_permits(most);
+        state.capacity -= removed.min(state.capacity);
+        state.sample_utilization();
+        removed
+    }
+
+    /// Adds `count` slots to the capacity (paying any debt first), as a change relative to
+    /// whatever the capacity is now.
+    pub fn add(&self, count: usize) {
+        let mut state = self.state.lock();
+        let count = count.min(Semaphore::MAX_PERMITS - state.capacity);
+        let paid = count.min(state.debt);
+        state.debt -= paid;
+        if count > paid {
+            self.free.add_permits(count - paid);
+        }
+        state.capacity += count;
+        state.sample_utilization();
+    }
+
     /// Slots currently held (may exceed the capacity right after a shrink).
     pub fn in_use(&self) -> usize {
         self.state.lock().in_use
@@ -262,6 +302,50 @@ mod tests {
         drop(held);
         assert_eq!(gate.in_use(), 0);
         assert_eq!(gate.available(), 1);
+    }
+
+    #[test]
+    fn grow_one_hands_its_slot_to_the_caller_alone() {
+        let gate = Gate::new(1);
+        let held = gate.try_acquire().unwrap();
+        let grown = gate.grow_one();
+        assert_eq!((gate.capacity(), gate.in_use()), (2, 2));
+        assert!(
+            gate.try_acquire().is_none(),
+            "the new slot is already taken"
+        );
+        drop(grown);
+        assert_eq!(gate.available(), 1);
+        drop(held);
+        assert_eq!((gate.available(), gate.in_use()), (2, 0));
+        // With debt outstanding the grown slot pays it on release instead of freeing a slot.
+        let holders: Vec<_> = (0..2).map(|_| gate.try_acquire().unwrap()).collect();
+        gate.resize(1);
+        let grown = gate.grow_one();
+        assert_eq!(gate.capacity(), 2);
+        drop(grown);
+        assert!(gate.try_acquire().is_none(), "debt paid, 2 held of 2");
+        drop(holders);
+        assert_eq!(gate.available(), 2);
+    }
+
+    #[test]
+    fn shed_idle_takes_only_free_slots_and_add_gives_them_back() {
+        let gate = Gate::new(3);
+        let held = gate.try_acquire().unwrap();
+        assert_eq!(gate.shed_idle(usize::MAX), 2);
+        assert_eq!((gate.capacity(), gate.available()), (1, 0));
+        drop(held);
+        assert_eq!(gate.available(), 1);
+        gate.add(2);
+        assert_eq!((gate.capacity(), gate.available()), (3, 3));
+        // Debt is paid before any slot is freed.
+        let holders: Vec<_> = (0..3).map(|_| gate.try_acquire().unwrap()).collect();
+        gate.resize(1);
+        gate.add(1);
+        assert_eq!(gate.capacity(), 2);
+        drop(holders);
+        assert_eq!(gate.available(), 2);
     }
 
     #[test]

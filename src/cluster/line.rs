@@ -1,0 +1,699 @@
+//! One FIFO line shared by every instance: places, calls and entries live in Redis, and every
+//! change is one run of `lua/line.lua` (atomic there, never read-modify-write from here).
+//!
+//! A visitor joins with a ticket sealed by the room's [`crate::room::TicketSeal`], so the same
+//! `room_ticket` is recognised on every instance that shares the admission secret; the place is
+//! the ticket's rank in `P line`, counted the same from anywhere. The head of the line is
+//! *called* when the shared pool has a free slot (`call`: the slot moves to `P reserved` and
+//! the ticket to `P called` with a deadline); a called visitor comes in on whichever instance
+//! it reaches (`arrive`: the reserved slot becomes that instance's lease, and the local page
+//! gate grows by one permit taken by the visitor at once).
+//!
+//! New visitors only meet Redis when they must: one goes straight in when a local permit is free
+//! and the line was empty when last seen. That figure is refreshed by every `call` (at least
+//! every [`CALL_PERIOD`], and at once when a slot frees here), so a newcomer may go in ahead of
+//! someone who joined on another instance at most that long before (the tolerance). While the
+//! link is down, or the figure is older than [`VIEW_STALE_AFTER`], the local room serves.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::Script;
+use tokio::sync::Notify;
+
+use super::{Cluster, LinkError};
+use crate::app::App;
+use crate::room::{
+    PageSlot, PollOutcome, QueueEvent, RateMeter, RoomSettings, WaitEstimate, Waiting,
+};
+
+/// How often the line is called and its figures refreshed when nothing nudges it sooner.
+pub const CALL_PERIOD: Duration = Duration::from_millis(50);
+/// How soon the caller tries again after Redis failed it.
+const RETRY_PERIOD: Duration = Duration::from_millis(250);
+/// A line figure older than this is not trusted: the instance serves from its local room.
+pub const VIEW_STALE_AFTER: Duration = Duration::from_secs(1);
+/// Shortest time a called visitor has to come in before its slot goes back to the pool.
+pub const MIN_CALL_WINDOW: Duration = Duration::from_secs(15);
+/// Most tickets one `call` or `reap` run moves, so a run stays short inside Redis.
+const BATCH: u32 = 200;
+/// Polls of one ticket closer together than this are throttled (as the room's are).
+const POLL_THROTTLE_MS: u64 = 1_000;
+
+/// The line part of a cluster: the script, the last figures seen, and the admission rate.
+pub struct SharedLine {
+    script: Script,
+    lease_script: Script,
+    view: View,
+    timing: Timing,
+    /// Calls counted into `meter` so far (the shared `calls` total last seen).
+    meter: Mutex<(RateMeter, Option<u64>)>,
+    /// Woken when a page slot taken through the shared line is let go, so the head is called
+    /// at once instead of at the next period.
+    nudge: Notify,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for SharedLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedLine")
+            .field("waiting", &self.view.waiting.load(Ordering::Relaxed))
+            .field("called", &self.view.called.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The line's figures as last seen.
+#[derive(Default)]
+struct View {
+    waiting: AtomicU64,
+    called: AtomicU64,
+    /// Milliseconds after `epoch` (plus one, so 0 means never).
+    refreshed: AtomicU64,
+}
+
+/// The room settings the scripts need, copied from the live settings by the caller task.
+struct Timing {
+    ttl_ms: AtomicU64,
+    grace_ms: AtomicU64,
+    proof_ms: AtomicU64,
+    window_ms: AtomicU64,
+    max_queue: AtomicU64,
+    max_per_address: AtomicU64,
+}
+
+impl Default for SharedLine {
+    fn default() -> SharedLine {
+        SharedLine::new()
+    }
+}
+
+impl SharedLine {
+    pub fn new() -> SharedLine {
+        let line = SharedLine {
+            script: Script::new(include_str!("lua/line.lua")),
+            lease_script: Script::new(include_str!("lua/provisional_lease.lua")),
+            view: View::default(),
+            timing: Timing {
+                ttl_ms: AtomicU64::new(300_000),
+                grace_ms: AtomicU64::new(30_000),
+                proof_ms: AtomicU64::new(10_000),
+                window_ms: AtomicU64::new(ms(MIN_CALL_WINDOW)),
+                max_queue: AtomicU64::new(0),
+                max_per_address: AtomicU64::new(0),
+            },
+            meter: Mutex::new((RateMeter::new(0), None)),
+            nudge: Notify::new(),
+            epoch: Instant::now(),
+        };
+        line.set_timing(&RoomSettings::default());
+        line
+    }
+
+    /// Copies what the scripts need from the room's live settings.
+    pub fn set_timing(&self, settings: &RoomSettings) {
+        let t = &self.timing;
+        t.ttl_ms
+            .store(ms(settings.token_ttl).max(1), Ordering::Relaxed);
+        t.grace_ms
+            .store(ms(settings.first_poll_grace), Ordering::Relaxed);
+        // Two poll intervals, as the room gives a new ticket before a full line sheds it.
+        t.proof_ms.store(
+            u64::from(settings.retry_after_secs.max(1)) * 2_000,
+            Ordering::Relaxed,
+        );
+        let window = MIN_CALL_WINDOW.max(Duration::from_secs(
+            3 * u64::from(settings.retry_after_secs.max(1)),
+        ));
+        t.window_ms.store(ms(window), Ordering::Relaxed);
+        t.max_queue.store(settings.max_queue, Ordering::Relaxed);
+        t.max_per_address
+            .store(u64::from(settings.max_per_address), Ordering::Relaxed);
+    }
+
+    fn now_ms(&self) -> u64 {
+        ms(self.epoch.elapsed())
+    }
+
+    /// Whether the instance should use the shared line now: the link is up and the line's
+    /// figures are fresh.
+    pub fn is_live(&self, cluster: &Cluster) -> bool {
+        let refreshed = self.view.refreshed.load(Ordering::Relaxed);
+        refreshed != 0
+            && self.now_ms().saturating_sub(refreshed - 1) <= ms(VIEW_STALE_AFTER)
+            && cluster.link.health().is_up()
+    }
+
+    /// Visitors waiting in the shared line, as last seen.
+    pub fn waiting(&self) -> u64 {
+        self.view.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Visitors called and not yet in, as last seen.
+    pub fn called(&self) -> u64 {
+        self.view.called.load(Ordering::Relaxed)
+    }
+
+    /// Places the shared line moves forward per second (smoothed).
+    pub fn admission_rate(&self) -> f64 {
+        let now = self.now_ms();
+        self.meter.lock().0.rate(now)
+    }
+
+    /// The wait for someone at `position`, from the shared admission rate.
+    pub fn estimate(&self, position: u64) -> WaitEstimate {
+        let now = self.now_ms();
+        self.meter.lock().0.estimate(now, position)
+    }
+
+    /// Calls the head of the line as soon as possible (a slot was let go here).
+    pub fn nudge(&self) {
+        self.nudge.notify_one();
+    }
+
+    /// Resolves at the next nudge (one nudge given meanwhile is kept).
+    pub async fn nudged(&self) {
+        self.nudge.notified().await;
+    }
+
+    fn seen(&self, waiting: u64, called: u64) {
+        self.view.waiting.store(waiting, Ordering::Relaxed);
+        self.view.called.store(called, Ordering::Relaxed);
+        self.view
+            .refreshed
+            .store(self.now_ms() + 1, Ordering::Relaxed);
+    }
+
+    fn count_calls(&self, total: u64) {
+        let now = self.now_ms();
+        let mut meter = self.meter.lock();
+        let (rate, last) = &mut *meter;
+        if let Some(before) = *last {
+            // A smaller total means Redis was emptied: count nothing for that step.
+            let advanced = total.saturating_sub(before);
+            if advanced > 0 {
+                rate.record(now, advanced);
+            }
+        }
+        *last = Some(total);
+    }
+
+    async fn run(
+        &self,
+        cluster: &Cluster,
+        op: &str,
+        args: &[String],
+    ) -> Result<Vec<i64>, LinkError> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in keys(cluster) {
+            invocation.key(key);
+        }
+        invocation.arg(op);
+        for arg in args {
+            invocation.arg(arg.as_str());
+        }
+        cluster
+            .link
+            .run(|mut connection| async move {
+                invocation.invoke_async::<Vec<i64>>(&mut connection).await
+            })
+            .await
+    }
+}
+
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn arg(value: impl ToString) -> String {
+    value.to_string()
+}
+
+fn keys(cluster: &Cluster) -> [String; 10] {
+    let k = &cluster.keys;
+    [
+        k.seq(),
+        k.line(),
+        k.seen(),
+        k.called(),
+        k.tickets(),
+        k.per_address(),
+        k.leases(),
+        k.reserved(),
+        k.polled(),
+        k.line_stats(),
+    ]
+}
+
+/// A reply's `at`-th figure as a count (a missing or negative one reads 0).
+fn figure(reply: &[i64], at: usize) -> u64 {
+    reply
+        .get(at)
+        .and_then(|value| u64::try_from(*value).ok())
+        .unwrap_or(0)
+}
+
+/// The per-address bound's key for `client`: an IPv4 address, or an IPv6 /64 (as the room
+/// counts them).
+pub fn address_key(client: IpAddr) -> String {
+    match client.to_canonical() {
+        IpAddr::V4(v4) => format!("4:{v4}"),
+        IpAddr::V6(v6) => format!("6:{:016x}", (v6.to_bits() >> 64) as u64),
+    }
+}
+
+/// What `join` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Joined {
+    /// In line at `position` (≥ 1) of `waiting`.
+    Waiting { position: u64, waiting: u64 },
+    /// The client's address already holds the most tickets one address may.
+    AddressFull,
+    /// The line holds `-max-queue` visitors.
+    Full,
+    /// The token is already in use (it never is, for a fresh one).
+    Taken,
+}
+
+/// Puts `token` at the back of the shared line. `client` is counted against the per-address
+/// bound unless it is `None` (exempt or unknown).
+pub async fn join(
+    cluster: &Cluster,
+    token: &str,
+    client: Option<IpAddr>,
+) -> Result<Joined, LinkError> {
+    let line = &cluster.line;
+    let t = &line.timing;
+    let address = client.map(address_key).unwrap_or_default();
+    let reply = line
+        .run(
+            cluster,
+            "join",
+            &[
+                arg(token),
+                arg(address),
+                arg(t.max_per_address.load(Ordering::Relaxed)),
+                arg(t.max_queue.load(Ordering::Relaxed)),
+                arg(&cluster.id),
+                arg(t.ttl_ms.load(Ordering::Relaxed)),
+                arg(t.grace_ms.load(Ordering::Relaxed)),
+                arg(t.proof_ms.load(Ordering::Relaxed)),
+            ],
+        )
+        .await?;
+    Ok(match reply.first().copied() {
+        Some(-1) => Joined::AddressFull,
+        Some(-2) => Joined::Full,
+        Some(-3) | None => Joined::Taken,
+        Some(_) => {
+            let (position, waiting) = (figure(&reply, 0).max(1), figure(&reply, 1));
+            line.seen(waiting, figure(&reply, 2));
+            Joined::Waiting { position, waiting }
+        }
+    })
+}
+
+/// What a page request with a ticket found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    /// The ticket was called: one reserved slot is now this instance's lease, for this visitor.
+    Entered,
+    /// Still waiting at `position` (≥ 1).
+    Waiting { position: u64, waiting: u64 },
+    /// Called, but the slot set aside for it is gone and the pool has none: try again.
+    NoSlot,
+    /// Not in the line (entered already, expired, or never there).
+    Unknown,
+}
+
+/// A page request carrying `token`: lets a called visitor in on this instance, or refreshes a
+/// waiting one. `cap` is the live cap (the pool's size).
+pub async fn arrive(cluster: &Cluster, token: &str, cap: u32) -> Result<Visit, LinkError> {
+    let line = &cluster.line;
+    let reply = line
+        .run(
+            cluster,
+            "arrive",
+            &[
+                arg(token),
+                arg(&cluster.id),
+                arg(cap),
+                arg(line.timing.ttl_ms.load(Ordering::Relaxed)),
+            ],
+        )
+        .await?;
+    Ok(match reply.first().copied() {
+        Some(0) => Visit::Entered,
+        Some(1) => Visit::Waiting {
+            position: figure(&reply, 1).max(1),
+            waiting: figure(&reply, 2),
+        },
+        Some(2) => Visit::NoSlot,
+        _ => Visit::Unknown,
+    })
+}
+
+/// What a status poll found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polled {
+    /// Called: the page should reload and come in.
+    Called,
+    Waiting {
+        position: u64,
+        waiting: u64,
+    },
+    /// Polled again within a second.
+    Throttled {
+        position: u64,
+    },
+    Unknown,
+}
+
+/// A `/queue/status` poll of `token`: marks it seen and reads its place.
+pub async fn poll(cluster: &Cluster, token: &str) -> Result<Polled, LinkError> {
+    let line = &cluster.line;
+    let reply = line
+        .run(
+            cluster,
+            "poll",
+            &[
+                arg(token),
+                arg(line.timing.ttl_ms.load(Ordering::Relaxed)),
+                arg(POLL_THROTTLE_MS),
+            ],
+        )
+        .await?;
+    Ok(match reply.first().copied() {
+        Some(0) => Polled::Called,
+        Some(1) => Polled::Waiting {
+            position: figure(&reply, 1).max(1),
+            waiting: figure(&reply, 2),
+        },
+        Some(2) => Polled::Throttled {
+            position: figure(&reply, 1).max(1),
+        },
+        _ => Polled::Unknown,
+    })
+}
+
+/// What one `call` did and saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Calls {
+    /// Visitors called by this run.
+    pub called_now: u64,
+    /// Still waiting in line.
+    pub waiting: u64,
+    /// Called and not yet in (this run's included).
+    pub called: u64,
+    /// Pool slots still free after the run.
+    pub free: u64,
+    pub calls_total: u64,
+    pub entered_total: u64,
+}
+
+/// The periodic step: reaps expired tickets, then calls as many visitors from the head of the
+/// line as the pool (`cap - sum(leases) - reserved`) has free slots, setting those slots aside
+/// for them. Run right after each lease, so freed slots go to the line first.
+pub async fn call(cluster: &Cluster, cap: u32) -> Result<Calls, LinkError> {
+    let line = &cluster.line;
+    let t = &line.timing;
+    let reply = line
+        .run(
+            cluster,
+            "call",
+            &[
+                arg(cap),
+                arg(t.window_ms.load(Ordering::Relaxed)),
+                arg(t.ttl_ms.load(Ordering::Relaxed)),
+                arg(BATCH),
+            ],
+        )
+        .await?;
+    let calls = Calls {
+        called_now: figure(&reply, 0),
+        waiting: figure(&reply, 1),
+        called: figure(&reply, 2),
+        free: figure(&reply, 3),
+        calls_total: figure(&reply, 4),
+        entered_total: figure(&reply, 5),
+    };
+    line.seen(calls.waiting, calls.called);
+    line.count_calls(calls.calls_total);
+    Ok(calls)
+}
+
+/// Reaps expired waiting tickets and called tickets past their deadline (also part of
+/// every `call`). Returns (expired, lapsed).
+pub async fn reap(cluster: &Cluster) -> Result<(u64, u64), LinkError> {
+    let line = &cluster.line;
+    let reply = line
+        .run(
+            cluster,
+            "reap",
+            &[arg(line.timing.ttl_ms.load(Ordering::Relaxed)), arg(BATCH)],
+        )
+        .await?;
+    Ok((figure(&reply, 0), figure(&reply, 1)))
+}
+
+/// A page slot taken through the shared line; letting it go calls the next in line at once.
+pub(crate) struct SharedHold {
+    slot: Option<PageSlot>,
+    cluster: Arc<Cluster>,
+}
+
+impl Drop for SharedHold {
+    fn drop(&mut self) {
+        drop(self.slot.take());
+        self.cluster.line.nudge();
+    }
+}
+
+/// The gated stage's answer from the shared line.
+pub(crate) enum SharedDecision {
+    /// In, holding this slot until the answer is delivered.
+    Admit(Box<SharedHold>),
+    /// The waiting page, with the global position.
+    Wait(Waiting),
+    Full,
+    AddressFull,
+    /// Redis could not decide: the local room does, as without a cluster.
+    Local,
+}
+
+/// Decides for a gated request while the shared line is live (see the module notes).
+pub(crate) async fn decide(
+    app: &App,
+    cluster: &Arc<Cluster>,
+    ticket: Option<&str>,
+    client: Option<IpAddr>,
+) -> SharedDecision {
+    let room = &app.room;
+    let line = &cluster.line;
+    let admit = |permit| {
+        SharedDecision::Admit(Box::new(SharedHold {
+            slot: Some(room.admit_shared(permit)),
+            cluster: Arc::clone(cluster),
+        }))
+    };
+    // A ticket of the local room (queued while Redis was away) keeps its place there.
+    if ticket.is_some_and(|ticket| room.holds_ticket(ticket)) {
+        return SharedDecision::Local;
+    }
+    let ticket = ticket.filter(|ticket| room.recognises(ticket));
+    if let Some(token) = ticket
+        && (line.waiting() > 0 || line.called() > 0)
+    {
+        let visit = arrive(cluster, token, room.settings().cap).await;
+        let decision = match visit {
+            Ok(Visit::Entered) => Some(admit(room.page_gate().grow_one())),
+            Ok(Visit::Waiting { position, .. }) => Some(SharedDecision::Wait(Waiting {
+                token: token.to_owned(),
+                position,
+                estimate: line.estimate(position),
+            })),
+            Ok(Visit::NoSlot) => Some(SharedDecision::Wait(Waiting {
+                token: token.to_owned(),
+                position: 1,
+                estimate: line.estimate(1),
+            })),
+            Ok(Visit::Unknown) => None,
+            Err(_) => Some(SharedDecision::Local),
+        };
+        if let Some(decision) = decision {
+            return decision;
+        }
+    }
+    if line.waiting() == 0
+        && let Some(permit) = room.page_gate().try_acquire()
+    {
+        return admit(permit);
+    }
+    let token = room.issue_ticket();
+    let counted = client.filter(|client| !room.address_exempt(*client));
+    match join(cluster, &token, counted).await {
+        Ok(Joined::Waiting { position, .. }) => {
+            room.note_queued(QueueEvent {
+                client,
+                stale_ticket: ticket.is_some(),
+            });
+            SharedDecision::Wait(Waiting {
+                token,
+                position,
+                estimate: line.estimate(position),
+            })
+        }
+        Ok(Joined::Full) => SharedDecision::Full,
+        Ok(Joined::AddressFull) => SharedDecision::AddressFull,
+        Ok(Joined::Taken) | Err(_) => SharedDecision::Local,
+    }
+}
+
+/// `/queue/status` for `ticket` while the shared line is live.
+pub(crate) async fn poll_outcome(
+    app: &App,
+    cluster: &Cluster,
+    ticket: Option<&str>,
+) -> PollOutcome {
+    let room = &app.room;
+    let Some(token) = ticket else {
+        return PollOutcome::CookiesRequired;
+    };
+    if !room.recognises(token) || room.holds_ticket(token) {
+        return room.poll(ticket);
+    }
+    let line = &cluster.line;
+    match poll(cluster, token).await {
+        Ok(Polled::Called) => {
+            // The visitor reloads at once, maybe before this instance's next call run.
+            line.view.called.fetch_max(1, Ordering::Relaxed);
+            PollOutcome::Ready
+        }
+        Ok(Polled::Waiting { position, waiting }) => {
+            let settings = room.settings();
+            let (rate_per_pos, skip_cost) = match settings.pricing {
+                Some(pricing) => {
+                    let rate = pricing.price_per_position(waiting);
+                    (
+                        Some(rate),
+                        (position > 1).then(|| (position - 1) as f64 * rate),
+                    )
+                }
+                None => (None, None),
+            };
+            PollOutcome::Waiting {
+                position,
+                utilization: room.page_gate().utilization(),
+                has_pass: false,
+                // Cheap, and keeps the cookies alive however the visitor moves between
+                // instances.
+                refresh_cookies: true,
+                rate_per_pos,
+                skip_cost,
+                estimate: line.estimate(position),
+            }
+        }
+        Ok(Polled::Throttled { position }) => PollOutcome::Throttled { position },
+        Ok(Polled::Unknown) => PollOutcome::Ready,
+        Err(_) => room.poll(ticket),
+    }
+}
+
+/// A stand-in for the cluster's slot leases until the lease task serves this instance. The
+/// first run (and the first after a failure) sets the lease to the slots held here; later runs
+/// give idle slots back to the pool (keeping one while nobody waits, if the pool has it). Slots
+/// leave the gate before they leave the lease, and every step is a change relative to what
+/// Redis holds, so an entry meanwhile is never lost and the gate never exceeds the lease.
+async fn provisional_lease(
+    app: &App,
+    cluster: &Cluster,
+    cap: u32,
+    synced: &mut bool,
+) -> Result<(), LinkError> {
+    let line = &cluster.line;
+    let gate = app.room.page_gate();
+    let k = &cluster.keys;
+    let mut invocation = line.lease_script.prepare_invoke();
+    invocation.key(k.leases()).key(k.reserved()).key(k.line());
+    if !*synced {
+        // Nobody can take a slot while the lease is read: only releases happen, so the count
+        // of slots held can only be too high.
+        gate.shed_idle(usize::MAX);
+        invocation
+            .arg("sync")
+            .arg(&cluster.id)
+            .arg(cap)
+            .arg(gate.in_use());
+        let lease =
+            cluster
+                .link
+                .run(|mut connection| async move {
+                    invocation.invoke_async::<i64>(&mut connection).await
+                })
+                .await?;
+        gate.resize(usize::try_from(lease).unwrap_or(0));
+        *synced = true;
+        return Ok(());
+    }
+    let waiting = line.waiting() > 0;
+    let keep = usize::from(!waiting);
+    let returned = gate.shed_idle(gate.available().saturating_sub(keep));
+    let want = !waiting && gate.available() == 0;
+    invocation
+        .arg("step")
+        .arg(&cluster.id)
+        .arg(cap)
+        .arg(returned)
+        .arg(u8::from(want));
+    let granted = cluster
+        .link
+        .run(|mut connection| async move { invocation.invoke_async::<i64>(&mut connection).await })
+        .await?;
+    if granted == 1 {
+        gate.add(1);
+    }
+    Ok(())
+}
+
+/// The caller task: every [`CALL_PERIOD`], or at once when a slot is let go here, the
+/// provisional lease and then `call`, so the head of the line is called within one round trip
+/// of a slot freeing. Stops when the app is gone.
+pub(crate) fn spawn_line_caller(app: &Arc<App>) -> tokio::task::JoinHandle<()> {
+    let app = Arc::downgrade(app);
+    tokio::spawn(async move {
+        let mut synced = false;
+        loop {
+            let Some(strong) = app.upgrade() else { break };
+            let Some(cluster) = strong.cluster.clone() else {
+                break;
+            };
+            let settings = strong.room.settings();
+            cluster.line.set_timing(&settings);
+            let outcome =
+                match provisional_lease(&strong, &cluster, settings.cap, &mut synced).await {
+                    Ok(()) => call(&cluster, settings.cap).await.map(|_| ()),
+                    Err(error) => {
+                        synced = false;
+                        // Alone until Redis is back, within the fallback share.
+                        let slots = cluster.options.fallback_slots(settings.cap, 1);
+                        strong.room.page_gate().resize(slots as usize);
+                        Err(error)
+                    }
+                };
+            drop(strong);
+            match outcome {
+                Ok(()) => tokio::select! {
+                    _ = tokio::time::sleep(CALL_PERIOD) => {}
+                    _ = cluster.line.nudged() => {}
+                },
+                Err(error) => {
+                    tracing::debug!("the shared line is out of reach: {error}");
+                    tokio::time::sleep(RETRY_PERIOD).await;
+                }
+            }
+        }
+    })
+}
