@@ -46,6 +46,12 @@ impl Keys {
     pub fn events(&self) -> String {
         self.key("events")
     }
+
+    /// Hash: instance id → page slots that instance asked for at its last lease round (how
+    /// the pool sees who is short).
+    pub fn wants(&self) -> String {
+        self.key("wants")
+    }
 }
 
 #[cfg(test)]

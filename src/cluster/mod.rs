@@ -8,10 +8,14 @@
 //! with a share of the cap until Redis is back.
 //!
 //! - `keys`: the names of the shared keys, under `concert:{<cluster-name>}:`;
-//! - `link`: the connection, its timeouts and its health figures.
+//! - `link`: the connection, its timeouts and its health figures;
+//! - `slots`: the global cap (membership, slot leases, degraded mode);
+//! - `health`: what `/_room/healthz`, the stats and the metrics say of the cluster.
 
+pub mod health;
 pub mod keys;
 pub mod link;
+pub mod slots;
 
 use std::fmt;
 use std::sync::Arc;
@@ -84,6 +88,8 @@ pub struct Cluster {
     pub id: String,
     pub keys: Keys,
     pub link: Link,
+    /// The global cap's state (see [`slots`]).
+    pub slots: slots::Slots,
 }
 
 impl fmt::Debug for Cluster {
@@ -105,23 +111,28 @@ impl Cluster {
             id: instance_id(),
             link,
             options,
+            slots: slots::Slots::default(),
         }))
     }
 }
 
-/// Starts the cluster's background work for `app` (nothing without `-cluster`); the handles
-/// are stopped with the other background tasks.
-pub(crate) fn start(app: &Arc<crate::app::App>) -> Vec<tokio::task::JoinHandle<()>> {
+/// Starts the cluster's background work for `app` serving on `addr` (nothing without
+/// `-cluster`); the handles are stopped with the other background tasks.
+pub(crate) fn start(
+    app: &Arc<crate::app::App>,
+    addr: std::net::SocketAddr,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let Some(cluster) = app.cluster.clone() else {
         return Vec::new();
     };
+    cluster.slots.set_address(addr.to_string());
     tracing::info!(
         instance = %cluster.id,
         server = %link::redact_url(&cluster.options.url),
         name = %cluster.options.name,
         "sharing the cap, line and bans with other instances through Redis"
     );
-    Vec::new()
+    vec![slots::spawn(app)]
 }
 
 /// This instance's name among the others: host name, process id and a random part, so two
