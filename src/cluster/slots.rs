@@ -383,7 +383,9 @@ async fn round(
     let line_waiting = cluster.slots.line_length() > 0;
     let waiting = as_u32(pool.waiting());
     let mut asked = want(in_use, waiting, admissions, cap, line_waiting);
-    if standing.holding(now) {
+    // Coming back (this round, or within a TTL of it), no more than what was used alone:
+    // instances still on their own hold their shares without the pool knowing.
+    if standing.mode() == Mode::Local || standing.holding(now) {
         asked = asked.min(held.max(in_use));
     }
     // Surplus goes back before asking, so the pool can lend it elsewhere this very round. The
