@@ -307,6 +307,49 @@ async fn a_flood_over_three_instances_never_shows_the_origin_more_than_the_cap()
     for report in &leases {
         assert_eq!(report["instances"], 3, "{report}");
     }
+    // The same figures in the stats, the metrics and the plain health report.
+    let http = reqwest::Client::new();
+    let stats: serde_json::Value = http
+        .get(instances[0].url("/_room/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["cluster"]["mode"], "shared", "{stats}");
+    assert_eq!(stats["cap"], 4);
+    let metrics = http
+        .get(instances[0].url("/_room/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        "concert_cluster_mode{mode=\"shared\"} 1",
+        "concert_cluster_mode{mode=\"local\"} 0",
+        "concert_cluster_instances 3",
+        "concert_cluster_lease ",
+        "concert_cluster_in_use ",
+        "concert_cluster_redis_latency_seconds ",
+        "concert_cluster_redis_errors_total ",
+    ] {
+        assert!(metrics.contains(series), "{series} missing from\n{metrics}");
+    }
+    let health = http
+        .get(instances[0].url("/_room/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        health.starts_with("ok\ncluster: shared\ninstances: 3\n"),
+        "{health}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
