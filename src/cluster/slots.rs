@@ -31,7 +31,7 @@ pub const ROUND: Duration = Duration::from_millis(250);
 /// and its slots go back to the pool.
 pub const MEMBERSHIP_TTL: Duration = Duration::from_secs(3);
 /// Least time between two rounds, so a crowd of nudges costs one round, not one each.
-const MIN_GAP: Duration = Duration::from_millis(10);
+const MIN_GAP: Duration = Duration::from_millis(20);
 /// Headroom covers the admissions expected in this long (two rounds).
 const HEADROOM_SECS: f64 = 0.5;
 /// Shortest span an admission rate is measured over.
