@@ -249,6 +249,8 @@ pub struct Standing {
     /// Until then, the instance asks for no more than it used alone (see the module notes).
     hold_until: Option<Instant>,
     full_fallback: bool,
+    /// Whether any round has succeeded yet (the first one always finds the instance new).
+    ever_leased: bool,
 }
 
 impl Standing {
@@ -262,6 +264,7 @@ impl Standing {
             instances_seen: 0,
             hold_until: None,
             full_fallback: false,
+            ever_leased: false,
         }
     }
 
@@ -274,13 +277,17 @@ impl Standing {
         self.hold_until.is_some_and(|until| now < until)
     }
 
-    /// A good lease round.
+    /// A good lease round. A rejoin is coming back from local mode, or finding the pool had
+    /// forgotten this instance (Redis restarted between two rounds, or it was taken for dead):
+    /// either way others may be using slots the pool does not know of yet.
     pub fn leased(&mut self, now: Instant, lease: &Lease) -> Option<Switch> {
+        let forgotten = lease.rejoined && self.ever_leased;
+        self.ever_leased = true;
         self.last_good = now;
         self.last_granted = lease.granted;
         self.instances_seen = lease.instances;
         self.full_fallback = false;
-        if self.mode == Mode::Local {
+        if self.mode == Mode::Local || forgotten {
             self.mode = Mode::Shared;
             self.hold_until = Some(now + MEMBERSHIP_TTL);
             return Some(Switch::Rejoined);
@@ -398,20 +405,27 @@ async fn round(
     let floor = as_u32(held).max(as_u32(in_use_now));
     match lease_round(cluster, cap, asked, floor, as_u32(in_use_now)).await {
         Ok(lease) => {
-            app.room.set_page_slots(lease.granted as usize);
+            let rejoined = standing.leased(Instant::now(), &lease) == Some(Switch::Rejoined);
+            // Rejoining, no more than was held before the round, whatever the pool granted.
+            let slots = if rejoined {
+                lease.granted.min(floor)
+            } else {
+                lease.granted
+            };
+            app.room.set_page_slots(slots as usize);
             pool.set_nudge_on_release(lease.line > 0);
-            let slots = &cluster.slots;
-            slots.local.store(false, Ordering::Relaxed);
-            slots
+            let shared = &cluster.slots;
+            shared.local.store(false, Ordering::Relaxed);
+            shared
                 .instances
                 .store(u64::from(lease.instances), Ordering::Relaxed);
-            slots.line.store(lease.line, Ordering::Relaxed);
-            slots.reserved.store(lease.reserved, Ordering::Relaxed);
-            if let Some(Switch::Rejoined) = standing.leased(Instant::now(), &lease) {
+            shared.line.store(lease.line, Ordering::Relaxed);
+            shared.reserved.store(lease.reserved, Ordering::Relaxed);
+            if rejoined {
                 tracing::info!(
                     instances = lease.instances,
-                    slots = lease.granted,
-                    "Redis is reachable again: sharing the cap with the other instances"
+                    slots,
+                    "sharing the cap through Redis again"
                 );
             }
             after_lease(app, cluster, &lease).await;
@@ -528,6 +542,19 @@ mod tests {
         assert_eq!(standing.mode(), Mode::Shared);
         assert!(standing.holding(back + ROUND));
         assert!(!standing.holding(back + MEMBERSHIP_TTL));
+    }
+
+    #[test]
+    fn a_pool_that_forgot_the_instance_is_a_rejoin_but_the_first_round_is_not() {
+        let start = Instant::now();
+        let mut standing = Standing::new(start);
+        let mut first = lease(2, 1);
+        first.rejoined = true;
+        assert_eq!(standing.leased(start, &first), None);
+        assert!(!standing.holding(start));
+        let later = start + ROUND;
+        assert_eq!(standing.leased(later, &first), Some(Switch::Rejoined));
+        assert!(standing.holding(later));
     }
 
     #[test]
