@@ -112,6 +112,10 @@ async fn call_and_arrive_never_break_the_pool_bound() {
     let mut redis = server.connection();
     let name = "pool";
     let cluster = cluster_of(&server, name);
+    // Only a member the pool holds a lease for takes slots: one lease round makes it one.
+    concert::cluster::slots::lease_round(&cluster, 3, 0, 0, 0, 0)
+        .await
+        .unwrap();
     cluster.line.set_timing(&RoomSettings {
         max_queue: 0,
         first_poll_grace: Duration::ZERO,
@@ -426,8 +430,11 @@ async fn an_abandoned_ticket_expires_and_frees_its_place() {
             ..running.app.room.settings()
         });
     }
-    // The caller task passes the new lifetime to the scripts on its next run.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The lease task passes the new lifetime to the scripts at its next round; at once here.
+    for running in [&a, &b] {
+        let cluster = running.app.cluster.clone().unwrap();
+        cluster.line.set_timing(&running.app.room.settings());
+    }
     let (a, b) = (&a, &b);
     let holder = occupy(a, &origin, "/holder").await;
     let _abandoned = queue(a, "/gone").await;
@@ -598,4 +605,63 @@ async fn the_next_in_line_is_called_soon_after_a_slot_frees() {
     // machine p99 is a few round trips; the bounds leave room for a busy one.
     assert!(p50 < Duration::from_millis(30), "p50 {p50:?}");
     assert!(p99 < Duration::from_millis(250), "p99 {p99:?}");
+}
+
+/// The race between the two ways a lease changes: a called visitor coming in raises its
+/// instance's lease in Redis (`arrive`) while that instance's lease round is in flight. With
+/// cap 2, visitors entering through the shared line on both instances, every release nudging a
+/// round and new visitors joining throughout, the origin never sees more than the cap, and at
+/// the end the pool counts at least what each gate holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_through_the_line_and_lease_rounds_never_show_the_origin_more_than_the_cap() {
+    let server = RedisServer::start();
+    let origin = origins::slow_origin(Duration::from_millis(15));
+    let cap = 2;
+    let [a, b] = pair(&server, "race", &origin, &cap.to_string()).await;
+    let instances = [&a, &b];
+    let visitors = 40;
+    let fresh: Vec<reqwest::Client> = (0..visitors).map(|_| cookie_client()).collect();
+    let mut tasks = Vec::new();
+    for (i, client) in fresh.into_iter().enumerate() {
+        let first = url(instances[i % 2], &format!("/r/{i}"));
+        let retry = url(instances[(i + 1) % 2], &format!("/r/{i}"));
+        tasks.push(tokio::spawn(async move {
+            // Arrivals spread over a second or so, so some join while others enter.
+            tokio::time::sleep(Duration::from_millis(25 * (i as u64 % 40))).await;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut target = &first;
+            while Instant::now() < deadline {
+                let response = client.get(target).send().await.unwrap();
+                if response.status() == StatusCode::OK {
+                    return;
+                }
+                // Retries go through either instance, as a balancer would send them.
+                target = if target == &first { &retry } else { &first };
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("{first} never got in");
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(origin.hits() >= visitors as u64);
+    assert!(
+        origin.max_concurrency() <= cap,
+        "the origin saw {} at once with cap {cap}",
+        origin.max_concurrency()
+    );
+    // Quiet again: the pool keeps the bound and never counts less than a gate holds.
+    let mut redis = server.connection();
+    let (leased, reserved) = pool_in_use(&mut redis, "race");
+    assert!(leased + reserved <= cap, "{leased} + {reserved} > {cap}");
+    for running in instances {
+        let cluster = running.app.cluster.clone().unwrap();
+        let (held, _) = running.app.room.page_slots();
+        let lease: Option<i64> = redis.hget("concert:{race}:leases", &cluster.id).unwrap();
+        assert!(
+            lease.unwrap_or(0) >= held as i64,
+            "the gate holds {held}, the pool counts {lease:?}"
+        );
+    }
 }

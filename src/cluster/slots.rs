@@ -1,13 +1,22 @@
 //! The global cap: every instance leases page slots from one pool in Redis, so the origin never
 //! sees more than `-cap` page requests from all of them together.
 //!
-//! One task per instance runs `lua/lease.lua` every [`ROUND`] and at once when the room nudges
-//! it (an admitted visitor found no free slot, or a slot was let go while the shared line has
-//! visitors waiting). The script reaps instances whose membership ran out (a `kill -9`'d
-//! instance's slots are back in the pool within [`MEMBERSHIP_TTL`] plus a round), renews this
-//! one's membership, grants what it asks for within the free pool and takes back the surplus.
-//! The room's gate then holds exactly the grant, so a request never waits on Redis while a local
+//! One task per instance runs `lua/lease.lua` every [`ROUND`] and at once when nudged (an
+//! admitted visitor found no free slot here, or a slot was let go here while the shared line has
+//! visitors waiting), then the shared line's `call` step, so slots freed anywhere go to the head
+//! of the line. The script reaps instances whose membership ran out (a `kill -9`'d instance's
+//! slots are back in the pool within [`MEMBERSHIP_TTL`] plus a round), renews this one's
+//! membership, takes back what the instance returned and grants what it asks for within the
+//! free pool. The room's gate holds the lease, so a request never waits on Redis while a local
 //! slot is free.
+//!
+//! The lease changes by deltas only, because the line's `arrive` raises it concurrently (a
+//! called visitor coming in here): the instance first takes idle surplus out of its gate and
+//! reports it as `returned`, the script subtracts that and adds its grant, and the gate grows
+//! by the grant once the answer is back. The instance keeps its own count of what the pool
+//! believes it holds ([`Slots::entered`] and each round keep it), and returns whatever that
+//! count exceeds its gate by, so slots a degraded spell took away go back too. A lost answer
+//! leaves the pool counting more than the instance holds, never less.
 //!
 //! When Redis cannot be reached the instance serves alone (local mode): at once with no more
 //! than it was lent and no more than its fallback share, and with the whole fallback share once
@@ -15,7 +24,7 @@
 //! lease back into the pool. Coming back, it holds on to what it used alone for one more TTL
 //! before it asks for more, so instances still on their own are not crowded out.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
@@ -31,7 +40,7 @@ pub const ROUND: Duration = Duration::from_millis(250);
 /// and its slots go back to the pool.
 pub const MEMBERSHIP_TTL: Duration = Duration::from_secs(3);
 /// Least time between two rounds, so a crowd of nudges costs one round, not one each.
-const MIN_GAP: Duration = Duration::from_millis(20);
+pub const MIN_GAP: Duration = Duration::from_millis(20);
 /// Headroom covers the admissions expected in this long (two rounds).
 const HEADROOM_SECS: f64 = 0.5;
 /// Shortest span an admission rate is measured over.
@@ -67,6 +76,10 @@ pub struct Slots {
     started_ms: u64,
     /// The address this instance serves on, for the report others read.
     address: OnceLock<String>,
+    /// What the pool counts as this instance's lease, as far as it can tell: every good round
+    /// and every entry from the shared line change it as they change the lease in Redis.
+    /// Signed, so a round's correction may cross an entry's increment in either order.
+    believed: AtomicI64,
 }
 
 impl Default for Slots {
@@ -84,6 +97,7 @@ impl Default for Slots {
             )
             .unwrap_or(0),
             address: OnceLock::new(),
+            believed: AtomicI64::new(0),
         }
     }
 }
@@ -112,6 +126,13 @@ impl Slots {
         self.reserved.load(Ordering::Relaxed)
     }
 
+    /// A visitor called from the shared line came in here: the pool raised this instance's
+    /// lease by one. Called after the gate grew, so a round that reads this count before the
+    /// gate never returns a slot the pool has not counted.
+    pub fn entered(&self) {
+        self.believed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Records the address this instance serves on (the first call counts).
     pub fn set_address(&self, address: String) {
         let _ = self.address.set(address);
@@ -121,9 +142,9 @@ impl Slots {
 /// One lease round's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
-    /// Slots this instance may use now (its gate's capacity).
+    /// Slots added to this instance's lease by this round (the gate grows by as many).
     pub granted: u32,
-    /// Slots the pool counts as this instance's: at least the granted and those in use.
+    /// Slots the pool counts as this instance's after the round.
     pub lease: u32,
     /// Instances alive, this one included.
     pub instances: u32,
@@ -134,12 +155,25 @@ pub struct Lease {
     pub rejoined: bool,
     /// Redis time, ms.
     pub now_ms: u64,
+    /// The most this instance should hold: the cap, or its even share while another instance
+    /// below its share asks for more.
+    pub limit: u32,
 }
 
 impl Lease {
     /// Reads the script's reply; anything malformed is an error, never a panic.
     fn from_reply(reply: &[i64]) -> Option<Lease> {
-        let &[granted, lease, instances, line, reserved, rejoined, now_ms] = reply else {
+        let &[
+            granted,
+            lease,
+            instances,
+            line,
+            reserved,
+            rejoined,
+            now_ms,
+            limit,
+        ] = reply
+        else {
             return None;
         };
         let small = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
@@ -152,15 +186,18 @@ impl Lease {
             reserved: big(reserved),
             rejoined: rejoined != 0,
             now_ms: big(now_ms),
+            limit: small(limit),
         })
     }
 }
 
-/// Runs one lease round in Redis: see `lua/lease.lua`.
+/// Runs one lease round in Redis: see `lua/lease.lua`. `returned` slots already left the gate;
+/// `floor` is what the instance may have at the origin now (used only on a rejoin).
 pub async fn lease_round(
     cluster: &Cluster,
     cap: u32,
     want: u32,
+    returned: u32,
     floor: u32,
     in_use: u32,
 ) -> Result<Lease, LinkError> {
@@ -173,12 +210,12 @@ pub async fn lease_round(
         .key(keys.leases())
         .key(keys.wants())
         .key(keys.instance(&cluster.id))
-        // Both belong to the shared line; named here by suffix so they stay the line's keys.
-        .key(keys.key("reserved"))
-        .key(keys.key("line"))
+        .key(keys.reserved())
+        .key(keys.line())
         .arg(&cluster.id)
         .arg(cap)
         .arg(want)
+        .arg(returned)
         .arg(floor)
         .arg(ttl)
         .arg(keys.prefix())
@@ -251,6 +288,8 @@ pub struct Standing {
     full_fallback: bool,
     /// Whether any round has succeeded yet (the first one always finds the instance new).
     ever_leased: bool,
+    /// The most to hold, from the last round (see [`Lease::limit`]).
+    limit: u32,
 }
 
 impl Standing {
@@ -265,6 +304,7 @@ impl Standing {
             hold_until: None,
             full_fallback: false,
             ever_leased: false,
+            limit: u32::MAX,
         }
     }
 
@@ -284,8 +324,9 @@ impl Standing {
         let forgotten = lease.rejoined && self.ever_leased;
         self.ever_leased = true;
         self.last_good = now;
-        self.last_granted = lease.granted;
+        self.last_granted = lease.lease;
         self.instances_seen = lease.instances;
+        self.limit = lease.limit;
         self.full_fallback = false;
         if self.mode == Mode::Local || forgotten {
             self.mode = Mode::Shared;
@@ -320,6 +361,16 @@ impl Standing {
 
     pub fn instances_seen(&self) -> u32 {
         self.instances_seen
+    }
+
+    /// Records what the gate holds after a good round: degraded mode starts from no more.
+    pub fn note_held(&mut self, held: u32) {
+        self.last_granted = held;
+    }
+
+    /// The most to hold, from the last good round.
+    pub fn limit(&self) -> u32 {
+        self.limit
     }
 }
 
@@ -364,9 +415,17 @@ pub(crate) fn spawn(app: &Arc<App>) -> tokio::task::JoinHandle<()> {
                 };
                 round(&app, &cluster, &pool, &mut standing, &mut rate).await;
             }
+            let Some(cluster) = app.upgrade().and_then(|app| app.cluster.clone()) else {
+                break;
+            };
+            // A slot let go here through the shared line nudges the line: the round returns
+            // it to the pool and the call step hands it to the head, wherever they wait.
             tokio::select! {
                 _ = tokio::time::sleep(ROUND) => {}
                 _ = pool.nudged() => {
+                    tokio::time::sleep_until(started + MIN_GAP).await;
+                }
+                _ = cluster.line.nudged() => {
                     tokio::time::sleep_until(started + MIN_GAP).await;
                 }
             }
@@ -374,7 +433,8 @@ pub(crate) fn spawn(app: &Arc<App>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// One round: ask, then size the gate by the answer (or by degraded mode when there is none).
+/// One round: give back what is idle, ask, grow the gate by the grant (or size it by
+/// degraded mode when there is no answer), then call the head of the shared line.
 async fn round(
     app: &App,
     cluster: &Cluster,
@@ -383,52 +443,76 @@ async fn round(
     rate: &mut AdmissionRate,
 ) {
     let now = Instant::now();
-    let cap = app.room.settings().cap;
+    let settings = app.room.settings();
+    let cap = settings.cap;
+    cluster.line.set_timing(&settings);
     let admissions = rate.sample(now, app.room.admitted_total());
-    let (held, in_use) = app.room.page_slots();
-    let (held, in_use) = (as_u32(held), as_u32(in_use));
-    let line_waiting = cluster.slots.line_length() > 0;
+    let gate = app.room.page_gate();
+    let (held, in_use) = (as_u32(gate.capacity()), as_u32(gate.in_use()));
+    let line_waiting = cluster.slots.line_length() > 0 || cluster.line.waiting() > 0;
     let waiting = as_u32(pool.waiting());
-    let mut asked = want(in_use, waiting, admissions, cap, line_waiting);
+    let mut asked = want(in_use, waiting, admissions, cap, line_waiting).min(standing.limit());
     // Coming back (this round, or within a TTL of it), no more than what was used alone:
     // instances still on their own hold their shares without the pool knowing.
     if standing.mode() == Mode::Local || standing.holding(now) {
         asked = asked.min(held.max(in_use));
     }
-    // Surplus goes back before asking, so the pool can lend it elsewhere this very round. The
-    // gate grows only after Redis has granted, so the floor sent is all this instance may
-    // have at the origin until the answer comes.
-    if asked < held {
-        app.room.set_page_slots(asked as usize);
+    // Idle surplus leaves the gate before the pool hears of it, so no newcomer takes it
+    // meanwhile; slots in use stay until they end.
+    if held > asked {
+        gate.shed_idle((held - asked) as usize);
     }
-    let (held, in_use_now) = app.room.page_slots();
-    let floor = as_u32(held).max(as_u32(in_use_now));
-    match lease_round(cluster, cap, asked, floor, as_u32(in_use_now)).await {
+    // What the pool counts beyond what the gate holds goes back: the surplus just shed, and
+    // what a degraded spell took away. The count is read before the gate (entries raise the
+    // gate first), and taken down before the answer: a lost answer leaves the pool counting
+    // more, never less.
+    let slots = &cluster.slots;
+    let believed = slots.believed.load(Ordering::Relaxed);
+    let floor = as_u32(gate.capacity().max(gate.in_use()));
+    let returned = u32::try_from(believed.saturating_sub(i64::from(floor)).max(0)).unwrap_or(0);
+    slots
+        .believed
+        .fetch_sub(i64::from(returned), Ordering::Relaxed);
+    let in_use_now = as_u32(gate.in_use());
+    match lease_round(cluster, cap, asked, returned, floor, in_use_now).await {
         Ok(lease) => {
             let rejoined = standing.leased(Instant::now(), &lease) == Some(Switch::Rejoined);
-            // Rejoining, no more than was held before the round, whatever the pool granted.
-            let slots = if rejoined {
-                lease.granted.min(floor)
+            if lease.rejoined {
+                // The pool wrote the lease afresh (floor plus the grant) instead of applying
+                // the return: the count follows, keeping entries made meanwhile.
+                let was = believed - i64::from(returned);
+                let now_held = i64::from(floor) + i64::from(lease.granted);
+                slots.believed.fetch_add(now_held - was, Ordering::Relaxed);
             } else {
-                lease.granted
-            };
-            app.room.set_page_slots(slots as usize);
+                slots
+                    .believed
+                    .fetch_add(i64::from(lease.granted), Ordering::Relaxed);
+            }
+            // Rejoining, no more than was held before the round, whatever the pool granted:
+            // the grant stays counted and goes back next round.
+            if !rejoined {
+                gate.add(lease.granted as usize);
+            }
+            standing.note_held(as_u32(gate.capacity()));
             pool.set_nudge_on_release(lease.line > 0);
-            let shared = &cluster.slots;
-            shared.local.store(false, Ordering::Relaxed);
-            shared
+            slots.local.store(false, Ordering::Relaxed);
+            slots
                 .instances
                 .store(u64::from(lease.instances), Ordering::Relaxed);
-            shared.line.store(lease.line, Ordering::Relaxed);
-            shared.reserved.store(lease.reserved, Ordering::Relaxed);
+            slots.line.store(lease.line, Ordering::Relaxed);
+            slots.reserved.store(lease.reserved, Ordering::Relaxed);
             if rejoined {
                 tracing::info!(
                     instances = lease.instances,
-                    slots,
+                    slots = gate.capacity(),
                     "sharing the cap through Redis again"
                 );
             }
-            after_lease(app, cluster, &lease).await;
+            if gate.capacity() > lease.limit as usize && gate.available() > 0 {
+                // Above the even share while another instance is short: shed at once.
+                pool.nudge();
+            }
+            after_lease(cluster, cap).await;
         }
         Err(error) => {
             let (slots, switch) = standing.failed(Instant::now(), cap, &cluster.options);
@@ -454,10 +538,13 @@ async fn round(
     }
 }
 
-/// Runs right after every good lease round. The shared line's `call` step belongs here: slots
-/// the pool has free go to the head of the line (moved to `reserved`) in the same rhythm as the
-/// leases. Nothing to do until the line is shared.
-async fn after_lease(_app: &App, _cluster: &Cluster, _lease: &Lease) {}
+/// Runs right after every good lease round: slots the pool has free go to the head of the
+/// shared line (set aside in `reserved`) in the same rhythm as the leases.
+async fn after_lease(cluster: &Cluster, cap: u32) {
+    if let Err(error) = super::line::call(cluster, cap).await {
+        tracing::debug!(%error, "calling the shared line failed");
+    }
+}
 
 fn as_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -485,6 +572,7 @@ mod tests {
             reserved: 0,
             rejoined: false,
             now_ms: 0,
+            limit: u32::MAX,
         }
     }
 
@@ -576,7 +664,8 @@ mod tests {
     #[test]
     fn malformed_script_replies_are_refused() {
         assert_eq!(Lease::from_reply(&[1, 2, 3]), None);
-        let lease = Lease::from_reply(&[-1, 4, 2, 0, 0, 1, 99]).unwrap();
+        assert_eq!(Lease::from_reply(&[1, 2, 3, 4, 5, 6, 7]), None);
+        let lease = Lease::from_reply(&[-1, 4, 2, 0, 0, 1, 99, 5]).unwrap();
         assert_eq!((lease.granted, lease.lease, lease.rejoined), (0, 4, true));
     }
 

@@ -480,6 +480,18 @@ impl Room {
         self.shared.gate.resize(slots);
     }
 
+    /// Waits at most `wait` for a free page slot (shared slots: the lender hears of the
+    /// shortage at once and may lend one meanwhile).
+    pub async fn wait_page_slot(&self, wait: Duration) -> Option<crate::sys::slots::Permit> {
+        if let Some(permit) = self.shared.gate.try_acquire() {
+            return Some(permit);
+        }
+        let _short = self.shared.pool.get().map(|pool| pool.short());
+        tokio::time::timeout(wait, self.shared.gate.acquire())
+            .await
+            .ok()
+    }
+
     /// Page slots held now and how many of them are in use (in use may exceed held for a
     /// while after a shrink).
     pub fn page_slots(&self) -> (usize, usize) {
