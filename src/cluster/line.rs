@@ -507,8 +507,12 @@ pub(crate) async fn decide(
         return SharedDecision::Local;
     }
     let ticket = ticket.filter(|ticket| room.recognises(ticket));
+    // The figures may be up to a round old: a visitor called a moment ago by another instance
+    // may find them empty here. With no local slot free Redis is asked anyway (to join), so
+    // then the ticket is looked up first rather than replaced, which would leave its called
+    // slot idle for the whole call window.
     if let Some(token) = ticket
-        && (line.waiting() > 0 || line.called() > 0)
+        && (line.waiting() > 0 || line.called() > 0 || room.page_gate().available() == 0)
     {
         let visit = arrive(cluster, token, room.settings().cap).await;
         let decision = match visit {
