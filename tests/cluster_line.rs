@@ -112,6 +112,10 @@ async fn call_and_arrive_never_break_the_pool_bound() {
     let mut redis = server.connection();
     let name = "pool";
     let cluster = cluster_of(&server, name);
+    // Only a member the pool holds a lease for takes slots: one lease round makes it one.
+    concert::cluster::slots::lease_round(&cluster, 3, 0, 0, 0, 0)
+        .await
+        .unwrap();
     cluster.line.set_timing(&RoomSettings {
         max_queue: 0,
         first_poll_grace: Duration::ZERO,
@@ -426,8 +430,11 @@ async fn an_abandoned_ticket_expires_and_frees_its_place() {
             ..running.app.room.settings()
         });
     }
-    // The caller task passes the new lifetime to the scripts on its next run.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The lease task passes the new lifetime to the scripts at its next round; at once here.
+    for running in [&a, &b] {
+        let cluster = running.app.cluster.clone().unwrap();
+        cluster.line.set_timing(&running.app.room.settings());
+    }
     let (a, b) = (&a, &b);
     let holder = occupy(a, &origin, "/holder").await;
     let _abandoned = queue(a, "/gone").await;
@@ -598,4 +605,125 @@ async fn the_next_in_line_is_called_soon_after_a_slot_frees() {
     // machine p99 is a few round trips; the bounds leave room for a busy one.
     assert!(p50 < Duration::from_millis(30), "p50 {p50:?}");
     assert!(p99 < Duration::from_millis(250), "p99 {p99:?}");
+}
+
+/// The race between the two ways a lease changes: a called visitor coming in raises its
+/// instance's lease in Redis (`arrive`) while that instance's lease round is in flight. With
+/// cap 1, visitors entering through the shared line on both instances, lease rounds forced
+/// every few milliseconds on both and new visitors joining throughout, the origin never sees
+/// more than the cap, and at the end the pool counts at least what each gate holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_through_the_line_and_lease_rounds_never_show_the_origin_more_than_the_cap() {
+    let server = RedisServer::start();
+    let origin = origins::slow_origin(Duration::from_millis(20));
+    let cap = 1;
+    let [a, b] = pair(&server, "race", &origin, &cap.to_string()).await;
+    let instances = [&a, &b];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Rounds as often as the lease task allows (one per MIN_GAP), so many land while an
+    // entry's answer is on its way back.
+    let nudgers: Vec<_> = instances
+        .iter()
+        .map(|running| {
+            let pool = running.app.room.share_page_slots();
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    pool.nudge();
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                }
+            })
+        })
+        .collect();
+    let visitors = 60;
+    let fresh: Vec<reqwest::Client> = (0..visitors).map(|_| cookie_client()).collect();
+    let mut tasks = Vec::new();
+    for (i, client) in fresh.into_iter().enumerate() {
+        let first = url(instances[i % 2], &format!("/r/{i}"));
+        let retry = url(instances[(i + 1) % 2], &format!("/r/{i}"));
+        tasks.push(tokio::spawn(async move {
+            // Arrivals spread over a second and a half, so some join while others enter.
+            tokio::time::sleep(Duration::from_millis(25 * i as u64)).await;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut target = &first;
+            while Instant::now() < deadline {
+                let response = client.get(target).send().await.unwrap();
+                if response.status() == StatusCode::OK {
+                    return;
+                }
+                // Retries go through either instance, as a balancer would send them.
+                target = if target == &first { &retry } else { &first };
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            panic!("{first} never got in");
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for nudger in nudgers {
+        nudger.await.unwrap();
+    }
+    assert!(origin.hits() >= visitors as u64);
+    assert!(
+        origin.max_concurrency() <= cap,
+        "the origin saw {} at once with cap {cap}",
+        origin.max_concurrency()
+    );
+    // Quiet again: the pool keeps the bound and never counts less than a gate holds.
+    let mut redis = server.connection();
+    let (leased, reserved) = pool_in_use(&mut redis, "race");
+    assert!(leased + reserved <= cap, "{leased} + {reserved} > {cap}");
+    for running in instances {
+        let cluster = running.app.cluster.clone().unwrap();
+        let (held, _) = running.app.room.page_slots();
+        let lease: Option<i64> = redis.hget("concert:{race}:leases", &cluster.id).unwrap();
+        assert!(
+            lease.unwrap_or(0) >= held as i64,
+            "the gate holds {held}, the pool counts {lease:?}"
+        );
+    }
+}
+
+/// The same race, stepped by hand: an entry lands in Redis after the instance read its gate
+/// for a lease round and before the round's script runs. The round changes the lease by its
+/// delta, so the entry stays counted.
+#[tokio::test]
+async fn a_lease_round_keeps_an_entry_made_while_it_was_on_its_way() {
+    let server = RedisServer::start();
+    let mut redis = server.connection();
+    let name = "stepped";
+    let cluster = cluster_of(&server, name);
+    cluster.line.set_timing(&RoomSettings {
+        max_queue: 0,
+        first_poll_grace: Duration::ZERO,
+        ..RoomSettings::default()
+    });
+    // The instance holds one idle slot.
+    let first = concert::cluster::slots::lease_round(&cluster, 2, 1, 0, 0, 0)
+        .await
+        .unwrap();
+    assert_eq!((first.granted, first.lease), (1, 1));
+    line::join(&cluster, "t", None).await.unwrap();
+    assert_eq!(line::call(&cluster, 2).await.unwrap().called_now, 1);
+    // The instance reads its gate (one slot, none in use) for its next round...
+    let (held, in_use) = (1, 0);
+    // ...the called visitor comes in meanwhile: the pool counts two for it...
+    assert_eq!(
+        line::arrive(&cluster, "t", 2).await.unwrap(),
+        Visit::Entered
+    );
+    // ...and the round, sent with the view from before the entry, asks for what it holds.
+    let round = concert::cluster::slots::lease_round(&cluster, 2, held, 0, held, in_use)
+        .await
+        .unwrap();
+    let lease: i64 = redis
+        .hget(format!("concert:{{{name}}}:leases"), &cluster.id)
+        .unwrap();
+    assert_eq!(lease, 2, "the entry is still counted: {round:?}");
+    assert_eq!(pool_in_use(&mut redis, name), (2, 0));
+    // Nothing is free for anyone else.
+    line::join(&cluster, "u", None).await.unwrap();
+    assert_eq!(line::call(&cluster, 2).await.unwrap().called_now, 0);
 }

@@ -126,6 +126,12 @@ impl Keys {
     pub fn line_stats(&self) -> String {
         self.key("line_stats")
     }
+
+    /// Hash: instance id → page slots that instance asked for at its last lease round (how
+    /// the pool sees who is short).
+    pub fn wants(&self) -> String {
+        self.key("wants")
+    }
 }
 
 #[cfg(test)]

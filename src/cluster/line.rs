@@ -10,8 +10,9 @@
 //! gate grows by one permit taken by the visitor at once).
 //!
 //! New visitors only meet Redis when they must: one goes straight in when a local permit is free
-//! and the line was empty when last seen. That figure is refreshed by every `call` (at least
-//! every [`CALL_PERIOD`], and at once when a slot frees here), so a newcomer may go in ahead of
+//! and the line was empty when last seen. That figure is refreshed by every `call`, which the
+//! lease task runs right after each lease round (at least every [`super::slots::ROUND`], and
+//! within [`super::slots::MIN_GAP`] when a slot frees here), so a newcomer may go in ahead of
 //! someone who joined on another instance at most that long before (the tolerance). While the
 //! link is down, or the figure is older than [`VIEW_STALE_AFTER`], the local room serves.
 
@@ -30,10 +31,9 @@ use crate::room::{
     PageSlot, PollOutcome, QueueEvent, RateMeter, RoomSettings, WaitEstimate, Waiting,
 };
 
-/// How often the line is called and its figures refreshed when nothing nudges it sooner.
-pub const CALL_PERIOD: Duration = Duration::from_millis(50);
-/// How soon the caller tries again after Redis failed it.
-const RETRY_PERIOD: Duration = Duration::from_millis(250);
+/// How long a newcomer waits for this instance's lease to grow when the line is empty and no
+/// local slot is free, before joining the line (one lease round, nudged, takes far less).
+pub const SHORT_WAIT: Duration = Duration::from_millis(250);
 /// A line figure older than this is not trusted: the instance serves from its local room.
 pub const VIEW_STALE_AFTER: Duration = Duration::from_secs(1);
 /// Shortest time a called visitor has to come in before its slot goes back to the pool.
@@ -46,7 +46,6 @@ const POLL_THROTTLE_MS: u64 = 1_000;
 /// The line part of a cluster: the script, the last figures seen, and the admission rate.
 pub struct SharedLine {
     script: Script,
-    lease_script: Script,
     view: View,
     timing: Timing,
     /// Calls counted into `meter` so far (the shared `calls` total last seen).
@@ -95,7 +94,6 @@ impl SharedLine {
     pub fn new() -> SharedLine {
         let line = SharedLine {
             script: Script::new(include_str!("lua/line.lua")),
-            lease_script: Script::new(include_str!("lua/provisional_lease.lua")),
             view: View::default(),
             timing: Timing {
                 ttl_ms: AtomicU64::new(300_000),
@@ -232,7 +230,7 @@ fn arg(value: impl ToString) -> String {
     value.to_string()
 }
 
-fn keys(cluster: &Cluster) -> [String; 10] {
+fn keys(cluster: &Cluster) -> [String; 11] {
     let k = &cluster.keys;
     [
         k.seq(),
@@ -245,6 +243,7 @@ fn keys(cluster: &Cluster) -> [String; 10] {
         k.reserved(),
         k.polled(),
         k.line_stats(),
+        k.instances(),
     ]
 }
 
@@ -459,7 +458,8 @@ pub async fn reap(cluster: &Cluster) -> Result<(u64, u64), LinkError> {
     Ok((figure(&reply, 0), figure(&reply, 1)))
 }
 
-/// A page slot taken through the shared line; letting it go calls the next in line at once.
+/// A page slot taken through the shared line; letting it go calls the next in line at once
+/// (the lease task returns it to the pool and calls the head).
 pub(crate) struct SharedHold {
     slot: Option<PageSlot>,
     cluster: Arc<Cluster>,
@@ -468,7 +468,10 @@ pub(crate) struct SharedHold {
 impl Drop for SharedHold {
     fn drop(&mut self) {
         drop(self.slot.take());
-        self.cluster.line.nudge();
+        // Only worth a round while someone waits for the slot.
+        if self.cluster.line.waiting() > 0 {
+            self.cluster.line.nudge();
+        }
     }
 }
 
@@ -504,12 +507,23 @@ pub(crate) async fn decide(
         return SharedDecision::Local;
     }
     let ticket = ticket.filter(|ticket| room.recognises(ticket));
+    // The figures may be up to a round old: a visitor called a moment ago by another instance
+    // may find them empty here. With no local slot free Redis is asked anyway (to join), so
+    // then the ticket is looked up first rather than replaced, which would leave its called
+    // slot idle for the whole call window.
     if let Some(token) = ticket
-        && (line.waiting() > 0 || line.called() > 0)
+        && (line.waiting() > 0 || line.called() > 0 || room.page_gate().available() == 0)
     {
         let visit = arrive(cluster, token, room.settings().cap).await;
         let decision = match visit {
-            Ok(Visit::Entered) => Some(admit(room.page_gate().grow_one())),
+            Ok(Visit::Entered) => {
+                // The pool raised this instance's lease by one; the gate follows, and the
+                // lease task learns of it only after the slot is in the gate (see
+                // `Slots::entered`).
+                let permit = room.page_gate().grow_one();
+                cluster.slots.entered();
+                Some(admit(permit))
+            }
             Ok(Visit::Waiting { position, .. }) => Some(SharedDecision::Wait(Waiting {
                 token: token.to_owned(),
                 position,
@@ -527,10 +541,16 @@ pub(crate) async fn decide(
             return decision;
         }
     }
-    if line.waiting() == 0
-        && let Some(permit) = room.page_gate().try_acquire()
-    {
-        return admit(permit);
+    if line.waiting() == 0 {
+        if let Some(permit) = room.page_gate().try_acquire() {
+            return admit(permit);
+        }
+        // Nobody waits, but every slot this instance holds is taken: the lease task hears of
+        // it at once and may lend one from the pool within a round. Only the cap reached
+        // everywhere (or the line filling meanwhile) sends the visitor to the line.
+        if let Some(permit) = room.wait_page_slot(SHORT_WAIT).await {
+            return admit(permit);
+        }
     }
     let token = room.issue_ticket();
     let counted = client.filter(|client| !room.address_exempt(*client));
@@ -600,100 +620,4 @@ pub(crate) async fn poll_outcome(
         Ok(Polled::Unknown) => PollOutcome::Ready,
         Err(_) => room.poll(ticket),
     }
-}
-
-/// A stand-in for the cluster's slot leases until the lease task serves this instance. The
-/// first run (and the first after a failure) sets the lease to the slots held here; later runs
-/// give idle slots back to the pool (keeping one while nobody waits, if the pool has it). Slots
-/// leave the gate before they leave the lease, and every step is a change relative to what
-/// Redis holds, so an entry meanwhile is never lost and the gate never exceeds the lease.
-async fn provisional_lease(
-    app: &App,
-    cluster: &Cluster,
-    cap: u32,
-    synced: &mut bool,
-) -> Result<(), LinkError> {
-    let line = &cluster.line;
-    let gate = app.room.page_gate();
-    let k = &cluster.keys;
-    let mut invocation = line.lease_script.prepare_invoke();
-    invocation.key(k.leases()).key(k.reserved()).key(k.line());
-    if !*synced {
-        // Nobody can take a slot while the lease is read: only releases happen, so the count
-        // of slots held can only be too high.
-        gate.shed_idle(usize::MAX);
-        invocation
-            .arg("sync")
-            .arg(&cluster.id)
-            .arg(cap)
-            .arg(gate.in_use());
-        let lease =
-            cluster
-                .link
-                .run(|mut connection| async move {
-                    invocation.invoke_async::<i64>(&mut connection).await
-                })
-                .await?;
-        gate.resize(usize::try_from(lease).unwrap_or(0));
-        *synced = true;
-        return Ok(());
-    }
-    let waiting = line.waiting() > 0;
-    let keep = usize::from(!waiting);
-    let returned = gate.shed_idle(gate.available().saturating_sub(keep));
-    let want = !waiting && gate.available() == 0;
-    invocation
-        .arg("step")
-        .arg(&cluster.id)
-        .arg(cap)
-        .arg(returned)
-        .arg(u8::from(want));
-    let granted = cluster
-        .link
-        .run(|mut connection| async move { invocation.invoke_async::<i64>(&mut connection).await })
-        .await?;
-    if granted == 1 {
-        gate.add(1);
-    }
-    Ok(())
-}
-
-/// The caller task: every [`CALL_PERIOD`], or at once when a slot is let go here, the
-/// provisional lease and then `call`, so the head of the line is called within one round trip
-/// of a slot freeing. Stops when the app is gone.
-pub(crate) fn spawn_line_caller(app: &Arc<App>) -> tokio::task::JoinHandle<()> {
-    let app = Arc::downgrade(app);
-    tokio::spawn(async move {
-        let mut synced = false;
-        loop {
-            let Some(strong) = app.upgrade() else { break };
-            let Some(cluster) = strong.cluster.clone() else {
-                break;
-            };
-            let settings = strong.room.settings();
-            cluster.line.set_timing(&settings);
-            let outcome =
-                match provisional_lease(&strong, &cluster, settings.cap, &mut synced).await {
-                    Ok(()) => call(&cluster, settings.cap).await.map(|_| ()),
-                    Err(error) => {
-                        synced = false;
-                        // Alone until Redis is back, within the fallback share.
-                        let slots = cluster.options.fallback_slots(settings.cap, 1);
-                        strong.room.page_gate().resize(slots as usize);
-                        Err(error)
-                    }
-                };
-            drop(strong);
-            match outcome {
-                Ok(()) => tokio::select! {
-                    _ = tokio::time::sleep(CALL_PERIOD) => {}
-                    _ = cluster.line.nudged() => {}
-                },
-                Err(error) => {
-                    tracing::debug!("the shared line is out of reach: {error}");
-                    tokio::time::sleep(RETRY_PERIOD).await;
-                }
-            }
-        }
-    })
 }

@@ -26,6 +26,9 @@ pub enum LinkError {
     Redis(#[from] RedisError),
     #[error("Redis did not answer within {0:?}")]
     Timeout(Duration),
+    /// Redis answered, but not in the shape a script promises.
+    #[error("Redis answered in an unexpected shape: {0}")]
+    Reply(&'static str),
 }
 
 /// The shared connection; cheap to clone.

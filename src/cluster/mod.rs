@@ -11,15 +11,20 @@
 //! - `link`: the connection, its timeouts and its health figures;
 //! - `events`: the channel every instance hears the others' ban and settings changes on;
 //! - `bans`: one ban list and one strike count;
-//! - `settings`: one set of live settings.
-//! - `line`: the one FIFO line, its tickets, calls and entries.
+//! - `settings`: one set of live settings;
+//! - `line`: the one FIFO line, its tickets, calls and entries;
+//! - `slots`: the global cap (membership, slot leases, degraded mode), whose task also calls
+//!   the head of the line;
+//! - `health`: what `/_room/healthz`, the stats and the metrics say of the cluster.
 
 pub mod bans;
 pub mod events;
+pub mod health;
 pub mod keys;
 pub mod line;
 pub mod link;
 pub mod settings;
+pub mod slots;
 
 use std::fmt;
 use std::sync::Arc;
@@ -100,6 +105,8 @@ pub struct Cluster {
     pub events: events::EventsHealth,
     /// The shared line's figures, script and admission rate.
     pub line: line::SharedLine,
+    /// The global cap's state (see [`slots`]).
+    pub slots: slots::Slots,
 }
 
 impl fmt::Debug for Cluster {
@@ -125,16 +132,21 @@ impl Cluster {
             settings: settings::SharedSettings::default(),
             events: events::EventsHealth::default(),
             line: line::SharedLine::new(),
+            slots: slots::Slots::default(),
         }))
     }
 }
 
-/// Starts the cluster's background work for `app` (nothing without `-cluster`); the handles
-/// are stopped with the other background tasks.
-pub(crate) fn start(app: &Arc<crate::app::App>) -> Vec<tokio::task::JoinHandle<()>> {
+/// Starts the cluster's background work for `app` serving on `addr` (nothing without
+/// `-cluster`); the handles are stopped with the other background tasks.
+pub(crate) fn start(
+    app: &Arc<crate::app::App>,
+    addr: std::net::SocketAddr,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let Some(cluster) = app.cluster.clone() else {
         return Vec::new();
     };
+    cluster.slots.set_address(addr.to_string());
     tracing::info!(
         instance = %cluster.id,
         server = %link::redact_url(&cluster.options.url),
@@ -147,7 +159,8 @@ pub(crate) fn start(app: &Arc<crate::app::App>) -> Vec<tokio::task::JoinHandle<(
         bans::spawn_strikes(Arc::downgrade(app), cluster.clone()),
         settings::spawn_writer(Arc::downgrade(app), cluster.clone()),
         events::spawn(Arc::downgrade(app), cluster),
-        line::spawn_line_caller(app),
+        // One lease task: slot leases, then the line's call step, in one rhythm.
+        slots::spawn(app),
     ]
 }
 

@@ -20,6 +20,8 @@ use crate::admission::assets::AssetStats;
 use crate::admission::priority::{PriorityCounters, lane_ranks_text};
 use crate::admission::streams::StreamStats;
 use crate::app::{App, Generation};
+use crate::cluster::health::ClusterReport;
+use crate::cluster::slots::Mode;
 use crate::config::Config;
 use crate::config::duration::format_go_duration;
 use crate::proxy::Fault;
@@ -36,6 +38,8 @@ pub(crate) struct Reading<'a> {
     abuse: AbuseStats,
     assets: AssetStats,
     streams: StreamStats,
+    /// With `-cluster` only.
+    cluster: Option<ClusterReport>,
 }
 
 impl<'a> Reading<'a> {
@@ -50,6 +54,7 @@ impl<'a> Reading<'a> {
             assets,
             streams,
             generation,
+            cluster: ClusterReport::take(app),
         }
     }
 
@@ -494,6 +499,10 @@ pub fn stats_json(app: &App) -> Value {
         };
         stats.insert(key.to_owned(), value);
     }
+    // Only with -cluster, so a lone instance's stats stay as they were.
+    if let Some(cluster) = &reading.cluster {
+        stats.insert("cluster".to_owned(), cluster.json());
+    }
     Value::Object(stats)
 }
 
@@ -556,7 +565,63 @@ pub(crate) fn metric_families(app: &App) -> Registry {
         "Open client connections, per serving worker",
         connections,
     );
+    if let Some(cluster) = &reading.cluster {
+        register_cluster(&mut registry, cluster);
+    }
     registry
+}
+
+/// The `concert_cluster_*` families (only with `-cluster`, so a lone instance's exposition
+/// stays as it was).
+fn register_cluster(registry: &mut Registry, cluster: &ClusterReport) {
+    let gauge = |value: f64| {
+        let gauge = Gauge::<f64, AtomicU64>::default();
+        gauge.set(value);
+        gauge
+    };
+    let mode = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
+    for each in [Mode::Shared, Mode::Local] {
+        let on = if each == cluster.mode { 1.0 } else { 0.0 };
+        mode.get_or_create(&vec![("mode".to_owned(), each.as_str().to_owned())])
+            .set(on);
+    }
+    registry.register(
+        "cluster_mode",
+        "1 for the mode this instance is in: shared (the cap is shared through Redis) or local (Redis unreachable, serving alone on a share of the cap)",
+        mode,
+    );
+    registry.register(
+        "cluster_instances",
+        "Instances sharing the cap, this one included, as last seen",
+        gauge(cluster.instances as f64),
+    );
+    registry.register(
+        "cluster_lease",
+        "Page slots this instance holds from the shared pool (in local mode, its share of the cap)",
+        gauge(cluster.lease as f64),
+    );
+    registry.register(
+        "cluster_in_use",
+        "Page slots in use at this instance now",
+        gauge(cluster.in_use as f64),
+    );
+    registry.register(
+        "cluster_redis_up",
+        "1 while the last exchange with Redis succeeded",
+        gauge(if cluster.redis_up { 1.0 } else { 0.0 }),
+    );
+    registry.register(
+        "cluster_redis_latency_seconds",
+        "Smoothed round-trip time of exchanges with Redis",
+        gauge(cluster.redis_latency.as_secs_f64()),
+    );
+    let errors = Counter::<u64>::default();
+    errors.inc_by(cluster.redis_errors);
+    registry.register(
+        "cluster_redis_errors",
+        "Exchanges with Redis that failed or timed out",
+        errors,
+    );
 }
 
 /// A labelled family gathered from its rows of the table.

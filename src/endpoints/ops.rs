@@ -101,8 +101,37 @@ fn admin_not_allowed(
 
 /// `ok`, and a second line `tls: pending` while HTTPS is asked for but some name has no
 /// certificate yet (the process serves, but visitors of those names cannot reach it).
-async fn healthz(Extension(app): Extension<Arc<App>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, TEXT)], app.tls.health_text())
+///
+/// With `-cluster`, lines on the cluster follow (mode `shared` or `local`, instances, lease,
+/// slots in use, Redis), or, for a client that asks for JSON, one object with a `cluster`
+/// object in it. Local mode is still healthy: the instance serves on its share of the cap.
+async fn healthz(Extension(app): Extension<Arc<App>>, headers: HeaderMap) -> Response<Body> {
+    let Some(cluster) = crate::cluster::health::ClusterReport::take(&app) else {
+        return ([(header::CONTENT_TYPE, TEXT)], app.tls.health_text()).into_response();
+    };
+    if wants_json(&headers) {
+        let body = serde_json::json!({
+            "status": "ok",
+            "tls": app.tls.status().as_str(),
+            "cluster": cluster.json(),
+        });
+        return json_response(StatusCode::OK, body.to_string());
+    }
+    let text = format!("{}\n{}", app.tls.health_text(), cluster.text());
+    ([(header::CONTENT_TYPE, TEXT)], text).into_response()
+}
+
+/// Whether `Accept` names JSON (a wildcard does not: probes that send none get the text).
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|range| {
+            let media = range.split(';').next().unwrap_or_default().trim();
+            media.eq_ignore_ascii_case("application/json")
+        })
 }
 
 async fn stats(Extension(app): Extension<Arc<App>>) -> Response<Body> {

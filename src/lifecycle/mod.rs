@@ -188,7 +188,7 @@ pub async fn start_on_workers(
         );
     }
     background.push(app.room.spawn_reaper());
-    background.extend(crate::cluster::start(&app));
+    background.extend(crate::cluster::start(&app, addr));
     background.push(app.abuse.spawn_janitor());
     background.push(app.history.spawn_maintenance());
     background.push(certificates::spawn_file_watch(&app));

@@ -13,6 +13,7 @@ mod ledger;
 mod line;
 mod notes;
 pub mod page;
+mod pool;
 mod reaper;
 mod seal;
 mod settings;
@@ -42,6 +43,7 @@ use crate::sys::slots::Gate;
 pub(crate) use estimate::RateMeter;
 pub use estimate::WaitEstimate;
 pub use notes::{NoteStats, TicketNote};
+pub use pool::SlotPool;
 pub use seal::TicketSeal;
 pub use settings::RoomSettings;
 pub use shared::{Admission, AdmitResult, Decision, PageSlot};
@@ -102,6 +104,7 @@ impl Room {
             kicks: kicks::Kicks::default(),
             notes: notes::Notes::default(),
             epoch,
+            pool: std::sync::OnceLock::new(),
         });
         Arc::new(Room {
             shared,
@@ -121,7 +124,11 @@ impl Room {
         self.shared.settings.store(Arc::new(settings));
         let mut core = self.shared.core.lock();
         if core.line.cap() != u64::from(cap) {
-            self.shared.gate.resize(cap as usize);
+            match self.shared.pool.get() {
+                // The lender sizes the gate; it reads the new cap at its next round, now.
+                Some(pool) => pool.nudge(),
+                None => self.shared.gate.resize(cap as usize),
+            }
             // A cap change is a one-off jump of the edge, not a pace the line keeps, so the
             // wait estimate does not count it.
             core.line.set_cap(u64::from(cap));
@@ -154,6 +161,9 @@ impl Room {
             Some(permit) => Some(permit),
             None => {
                 let wait = self.shared.settings.load().slot_wait();
+                // With shared slots, the lender hears of the shortage at once and may lend more
+                // while this visitor waits, within the same bound.
+                let _short = self.shared.pool.get().map(|pool| pool.short());
                 tokio::time::timeout(wait, gate.acquire()).await.ok()
             }
         };
@@ -395,6 +405,10 @@ impl Room {
 
     /// True when the page slots are all taken or anyone is waiting (the priority gate's test).
     pub fn is_busy(&self) -> bool {
+        if self.shared.pool.get().is_some() && self.shared.gate.available() == 0 {
+            // Lent slots may be fewer than the cap: none free here is busy.
+            return true;
+        }
         let occupancy = {
             let core = self.shared.core.lock();
             core.occupancy >= core.line.cap()
@@ -442,6 +456,51 @@ impl Room {
     pub(crate) fn address_exempt(&self, client: IpAddr) -> bool {
         let exemption = self.shared.address_exemption.read().clone();
         exemption.is_some_and(|exempt| exempt(client))
+    }
+
+    /// Takes the page slots from a pool shared with other instances from now on: the gate
+    /// holds none until [`Room::set_page_slots`] lends some (those in use stay in use), and a
+    /// cap change no longer resizes it. Later calls return the same pool.
+    pub fn share_page_slots(&self) -> Arc<SlotPool> {
+        let mut first = false;
+        let pool = self.shared.pool.get_or_init(|| {
+            first = true;
+            Arc::new(SlotPool::default())
+        });
+        if first {
+            self.shared.gate.resize(0);
+        }
+        Arc::clone(pool)
+    }
+
+    /// Sets how many page slots this instance holds (shared slots only; alone, the cap does).
+    /// Shrinking below the slots in use leaves permit debt: they end, and none is given out
+    /// until fewer than `slots` are in use.
+    pub fn set_page_slots(&self, slots: usize) {
+        self.shared.gate.resize(slots);
+    }
+
+    /// Waits at most `wait` for a free page slot (shared slots: the lender hears of the
+    /// shortage at once and may lend one meanwhile).
+    pub async fn wait_page_slot(&self, wait: Duration) -> Option<crate::sys::slots::Permit> {
+        if let Some(permit) = self.shared.gate.try_acquire() {
+            return Some(permit);
+        }
+        let _short = self.shared.pool.get().map(|pool| pool.short());
+        tokio::time::timeout(wait, self.shared.gate.acquire())
+            .await
+            .ok()
+    }
+
+    /// Page slots held now and how many of them are in use (in use may exceed held for a
+    /// while after a shrink).
+    pub fn page_slots(&self) -> (usize, usize) {
+        (self.shared.gate.capacity(), self.shared.gate.in_use())
+    }
+
+    /// Page requests admitted since start (one atomic load).
+    pub fn admitted_total(&self) -> u64 {
+        self.shared.counters.admitted.load(Ordering::Relaxed)
     }
 
     pub fn set_queue_hook(&self, hook: QueueHook) {

@@ -110,6 +110,9 @@ pub(super) struct Shared {
     /// First path and browser of new tickets, while the portal wants them.
     pub(super) notes: super::notes::Notes,
     pub(super) epoch: Instant,
+    /// Set when the page slots are lent by a pool shared with other instances: the gate then
+    /// holds what was lent, not the cap.
+    pub(super) pool: std::sync::OnceLock<Arc<super::pool::SlotPool>>,
 }
 
 /// A claimed ready ticket (or a new ticket admitted at once). Dropping it without `Room::admit`
@@ -163,6 +166,9 @@ impl Drop for PageSlot {
     fn drop(&mut self) {
         drop(self.permit.take());
         let shared = &self.shared;
+        if let Some(pool) = shared.pool.get() {
+            pool.released();
+        }
         let now = shared.now_ms();
         let mut core = shared.core.lock();
         let cap = core.line.cap();

@@ -1356,3 +1356,37 @@ mod properties {
         }
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn lent_page_slots_size_the_gate_and_a_shortage_nudges_the_lender() {
+    let room = Room::new(settings(4));
+    let pool = room.share_page_slots();
+    assert_eq!(room.page_slots(), (0, 0), "nothing until something is lent");
+    room.set_page_slots(1);
+    let first = enter(&room).await;
+    // The cap says 4, the lease 1: the next admitted visitor waits, counted and announced.
+    let second = room.arrive(Arrival::default());
+    let waiter = {
+        let room = Arc::clone(&room);
+        tokio::spawn(async move { room.admit(admission(second)).await })
+    };
+    tokio::time::timeout(Duration::from_millis(10), pool.nudged())
+        .await
+        .expect("the shortage nudged the lender");
+    assert_eq!(pool.waiting(), 1);
+    assert!(room.is_busy(), "no lent slot free is busy");
+    // A cap change leaves the gate to the lender.
+    room.reconfigure(settings(8));
+    assert_eq!(room.page_slots(), (1, 1));
+    room.set_page_slots(2);
+    assert!(matches!(waiter.await.unwrap(), AdmitResult::Admitted(_)));
+    assert_eq!(pool.waiting(), 0);
+    // Shrinking below those in use leaves debt: nobody new until both have ended.
+    room.set_page_slots(1);
+    pool.set_nudge_on_release(true);
+    drop(first);
+    tokio::time::timeout(Duration::from_millis(10), pool.nudged())
+        .await
+        .expect("a release nudges while others wait elsewhere");
+    assert_eq!(room.page_slots(), (1, 0));
+}

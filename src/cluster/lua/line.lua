@@ -2,7 +2,7 @@
 -- no instance ever reads a figure, decides, and writes it back.
 --
 -- KEYS: 1 seq, 2 line, 3 seen, 4 called, 5 tickets, 6 per_address, 7 leases, 8 reserved,
---       9 polled, 10 stats.
+--       9 polled, 10 stats, 11 instances (the lease script's members).
 -- ARGV[1] names the operation: join, poll, arrive, call or reap; the rest are its own.
 -- Times are Redis TIME in milliseconds, so the instances' clocks never have to agree.
 --
@@ -13,7 +13,7 @@
 
 local seq, line, seen, called = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tickets, per_address, leases, reserved = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local polled, stats = KEYS[9], KEYS[10]
+local polled, stats, instances = KEYS[9], KEYS[10], KEYS[11]
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -178,7 +178,7 @@ end
 
 -- arrive token instance cap ttl: a page request carrying a ticket.
 -- -> {0} entered (one reserved slot is now this instance's lease) | {1, position, waiting}
---    | {2} called but no slot to take | {-1} unknown or expired
+--    | {2} called but no slot to take here now | {-1} unknown or expired
 if op == 'arrive' then
   local token, instance, cap, ttl = ARGV[2], ARGV[3], number(ARGV[4]), number(ARGV[5])
   local now = now_ms()
@@ -189,6 +189,12 @@ if op == 'arrive' then
       forget(token)
       unreserve()
       return {-1}
+    end
+    -- Only an instance the pool holds a lease for takes a slot: its lease script may be about
+    -- to write its lease afresh (a rejoin), which must not wipe out this entry.
+    local member = redis.call('ZSCORE', instances, instance)
+    if not member or tonumber(member) <= now or not redis.call('HGET', leases, instance) then
+      return {2}
     end
     if reserved_now() > 0 then
       redis.call('DECR', reserved)
