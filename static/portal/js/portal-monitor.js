@@ -238,8 +238,9 @@
     return span(milliseconds / 1000) + " ago";
   }
 
-  function cell(text, className) {
+  function cell(column, text, className) {
     var td = document.createElement("td");
+    td.dataset.col = column;
     if (className) td.className = className;
     td.textContent = text;
     return td;
@@ -247,6 +248,7 @@
 
   function shareCell(lease, cap) {
     var td = document.createElement("td");
+    td.dataset.col = "share";
     var holder = document.createElement("div");
     holder.className = "cluster-share";
     var share = lease !== null && lease !== undefined && cap > 0 ? Math.min(1, lease / cap) : null;
@@ -272,6 +274,7 @@
     row.dataset.instance = member.id;
     if (stale) row.className = "cluster-stale";
     var name = document.createElement("td");
+    name.dataset.col = "id";
     var id = document.createElement("span");
     id.className = "cluster-id";
     id.textContent = member.id;
@@ -284,13 +287,14 @@
       name.appendChild(chip);
     }
     row.appendChild(name);
-    row.appendChild(cell(member.address || "—", "font-monospace"));
-    row.appendChild(cell(count(member.lease)));
+    // The share first: on a phone it is what shows before the table scrolls.
     row.appendChild(shareCell(member.lease, cap));
-    row.appendChild(cell(count(member.in_use)));
+    row.appendChild(cell("lease", count(member.lease)));
+    row.appendChild(cell("in_use", count(member.in_use)));
+    row.appendChild(cell("seen", ago(member.seen_ago_ms)));
     var up = member.started_ms ? span(Math.max(0, Date.now() - member.started_ms) / 1000) : "—";
-    row.appendChild(cell(up));
-    row.appendChild(cell(ago(member.seen_ago_ms)));
+    row.appendChild(cell("up", up));
+    row.appendChild(cell("address", member.address || "—", "font-monospace"));
     return row;
   }
 
@@ -331,7 +335,7 @@
     var rows = (answer.members || []).map(function (member) { return memberRow(member, answer.cap, stale); });
     if (!rows.length) {
       var empty = document.createElement("tr");
-      var td = cell("No instances listed.", "text-body-secondary");
+      var td = cell("none", "No instances listed.", "text-body-secondary");
       td.colSpan = 7;
       empty.appendChild(td);
       rows.push(empty);
