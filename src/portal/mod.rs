@@ -11,6 +11,7 @@ mod assets;
 mod auth;
 mod banlog;
 mod bans;
+mod cluster;
 mod fastlane;
 mod fragments;
 mod local_user;
@@ -54,6 +55,8 @@ pub struct Portal {
     samples: Arc<api::Samples>,
     /// The Monitor tab's samples.
     monitor: Arc<monitor::Monitor>,
+    /// The Monitor's Cluster card: the last listing of the instances (`-cluster` only).
+    cluster: cluster::ClusterView,
     /// Country, network and ASN beside client addresses.
     ip_details: Arc<IpInfo>,
 }
@@ -79,6 +82,7 @@ impl Portal {
             auth: Auth::new(&config.portal_pass),
             samples: Arc::default(),
             monitor: Arc::new(monitor::Monitor::new(&app)),
+            cluster: cluster::ClusterView::default(),
             ip_details,
             app,
         }))
@@ -177,6 +181,7 @@ pub fn router(portal: Arc<Portal>) -> Router {
         .route("/api/overview", get(api::overview))
         .route("/api/series", get(api::series))
         .route("/api/monitor", get(monitor::show))
+        .route("/api/cluster", get(cluster::show))
         .route(
             "/api/bans",
             get(bans::list).post(bans::ban).delete(bans::unban),

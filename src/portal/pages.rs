@@ -41,6 +41,8 @@ pub(super) struct Panels<'a> {
     /// Ban windows the history keeps at most.
     max_windows: usize,
     cards: &'a [MonitorCard],
+    /// Whether the Monitor shows the Cluster card (`-cluster` is set).
+    cluster: bool,
 }
 
 /// A tab's panel, rendered: the contents of its `<section>`.
@@ -330,6 +332,7 @@ pub(super) async fn index(State(portal): State<Arc<Portal>>, request: Request) -
         history_limits: Limits::default(),
         max_windows: MAX_WINDOWS,
         cards: MONITOR_CARDS,
+        cluster: portal.app.cluster.is_some(),
     };
     let panes: askama::Result<Vec<Pane>> = TABS
         .iter()
@@ -365,6 +368,7 @@ mod tests {
             history_limits: Limits::default(),
             max_windows: MAX_WINDOWS,
             cards: MONITOR_CARDS,
+            cluster: true,
         };
         for tab in TABS {
             let html = (tab.panel)(&panels).unwrap_or_else(|e| panic!("{}: {e}", tab.id));

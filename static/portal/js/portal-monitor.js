@@ -1,10 +1,13 @@
 // The Monitor tab: health verdicts, figures with their last ten minutes as sparklines, and the
 // latency histogram, from /api/monitor every 5 s while the tab is open and the page visible.
+// With -cluster, the Cluster card too, from /api/cluster in the same rhythm.
 (function () {
   "use strict";
   var portal = window.ConcertPortal;
   var panel = document.getElementById("tab-monitor");
   if (!portal || !panel) return;
+  // Only on the page with -cluster.
+  var clusterCard = document.getElementById("monitor-cluster");
 
   var EVERY_MS = 5000;
   var timer = null;
@@ -227,8 +230,125 @@
     panel.dataset.loaded = "true";
   }
 
+  // The Cluster card: this instance's mode and Redis figures, and each instance's lease.
+  function ago(milliseconds) {
+    if (milliseconds === null || milliseconds === undefined) return "—";
+    if (milliseconds < 1000) return "just now";
+    if (milliseconds < 60000) return (milliseconds / 1000).toFixed(1) + " s ago";
+    return span(milliseconds / 1000) + " ago";
+  }
+
+  function cell(column, text, className) {
+    var td = document.createElement("td");
+    td.dataset.col = column;
+    if (className) td.className = className;
+    td.textContent = text;
+    return td;
+  }
+
+  function shareCell(lease, cap) {
+    var td = document.createElement("td");
+    td.dataset.col = "share";
+    var holder = document.createElement("div");
+    holder.className = "cluster-share";
+    var share = lease !== null && lease !== undefined && cap > 0 ? Math.min(1, lease / cap) : null;
+    var track = document.createElement("div");
+    track.className = "progress";
+    track.setAttribute("role", "progressbar");
+    track.setAttribute("aria-label", "Share of the cap held");
+    var bar = document.createElement("div");
+    bar.className = "progress-bar";
+    bar.style.width = ((share || 0) * 100).toFixed(1) + "%";
+    track.appendChild(bar);
+    var text = document.createElement("span");
+    text.className = "cluster-share-text";
+    text.textContent = share === null ? "—" : Math.round(share * 100) + " %";
+    holder.appendChild(track);
+    holder.appendChild(text);
+    td.appendChild(holder);
+    return td;
+  }
+
+  function memberRow(member, cap, stale) {
+    var row = document.createElement("tr");
+    row.dataset.instance = member.id;
+    if (stale) row.className = "cluster-stale";
+    var name = document.createElement("td");
+    name.dataset.col = "id";
+    var id = document.createElement("span");
+    id.className = "cluster-id";
+    id.textContent = member.id;
+    name.appendChild(id);
+    if (member.this) {
+      row.dataset.this = "true";
+      var chip = document.createElement("span");
+      chip.className = "badge rounded-pill cluster-this";
+      chip.textContent = "this one";
+      name.appendChild(chip);
+    }
+    row.appendChild(name);
+    // The share first: on a phone it is what shows before the table scrolls.
+    row.appendChild(shareCell(member.lease, cap));
+    row.appendChild(cell("lease", count(member.lease)));
+    row.appendChild(cell("in_use", count(member.in_use)));
+    row.appendChild(cell("seen", ago(member.seen_ago_ms)));
+    var up = member.started_ms ? span(Math.max(0, Date.now() - member.started_ms) / 1000) : "—";
+    row.appendChild(cell("up", up));
+    row.appendChild(cell("address", member.address || "—", "font-monospace"));
+    return row;
+  }
+
+  function listingNote(answer) {
+    var listing = answer.listing || {};
+    var shown = (answer.members || []).length;
+    var note;
+    if (listing.state === "fresh") {
+      note = "Read from Redis " + ago(listing.age_ms) + ".";
+    } else if (listing.state === "last_known") {
+      note = "Last list read from Redis, " + ago(listing.age_ms) + ".";
+    } else {
+      note = "No list read from Redis yet.";
+    }
+    if (listing.error) note += " Redis: " + listing.error + ".";
+    if (answer.members_total > shown) note += " Showing " + shown + " of " + count(answer.members_total) + " instances.";
+    if (answer.mode === "local") note += " Serving alone on " + count(answer.lease) + " slots until Redis answers again.";
+    return note;
+  }
+
+  function renderCluster(answer) {
+    var shared = answer.mode === "shared";
+    var badge = clusterCard.querySelector('[data-cluster="mode"]');
+    badge.textContent = answer.mode;
+    badge.className = "badge rounded-pill " + (shared ? "text-bg-success" : "text-bg-warning");
+    clusterCard.querySelector('[data-cluster="server"]').textContent = answer.name + " · " + answer.server;
+    clusterCard.querySelector('[data-cluster="instances"]').textContent = count(answer.instances);
+    clusterCard.querySelector('[data-cluster="line"]').textContent = count(answer.line);
+    clusterCard.querySelector('[data-cluster="reserved"]').textContent = count(answer.reserved);
+    clusterCard.querySelector('[data-cluster="cap"]').textContent = count(answer.cap);
+    var redis = answer.redis || {};
+    clusterCard.querySelector('[data-cluster="latency"]').textContent = redis.up ? ms(redis.latency_ms) : "down";
+    clusterCard.querySelector('[data-cluster="errors"]').textContent = count(redis.errors_total);
+    clusterCard.classList.toggle("card-alert", !shared);
+
+    var body = clusterCard.querySelector('[data-cluster="members"]');
+    var stale = !answer.listing || answer.listing.state !== "fresh";
+    var rows = (answer.members || []).map(function (member) { return memberRow(member, answer.cap, stale); });
+    if (!rows.length) {
+      var empty = document.createElement("tr");
+      var td = cell("none", "No instances listed.", "text-body-secondary");
+      td.colSpan = 7;
+      empty.appendChild(td);
+      rows.push(empty);
+    }
+    body.replaceChildren.apply(body, rows);
+    clusterCard.querySelector('[data-cluster="listing"]').textContent = listingNote(answer);
+    clusterCard.dataset.mode = answer.mode;
+    clusterCard.dataset.loaded = "true";
+  }
+
   function fetchNow() {
     portal.getJSON("/api/monitor").then(render).catch(function () { /* next round */ });
+    if (clusterCard) portal.getJSON("/api/cluster").then(renderCluster).catch(function () { /* next round */ });
   }
 
   function stop() {
