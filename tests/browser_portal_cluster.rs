@@ -1,6 +1,6 @@
 //! The Monitor's Cluster card in a real browser: two in-process instances share a real
 //! redis-server; signed in to one's portal, the card shows mode shared and both instances with
-//! their share of the cap, under the portal's self-only content policy. Screenshots at desktop
+//! their share of the cap and of the line, under the portal's self-only content policy. Screenshots at desktop
 //! and phone width go to the build's temp directory.
 
 #[path = "support/browser.rs"]
@@ -52,6 +52,13 @@ async fn an_operator_sees_both_instances_on_the_cluster_card() {
     let a_id = a.app.cluster.as_ref().unwrap().id.clone();
     let b_id = b.app.cluster.as_ref().unwrap().id.clone();
     let base = format!("http://{}", a.portal_addr.expect("the portal listens"));
+    // B's share of the shared line as the line script keeps it (two visitors joined there).
+    redis::cmd("HSET")
+        .arg("concert:{browsercard}:joined_at")
+        .arg(&b_id)
+        .arg(2)
+        .query::<()>(&mut redis.connection())
+        .unwrap();
 
     let browser = Browser::launch().await.expect("headless Chromium");
     let page = browser.new_page().await.unwrap();
@@ -106,7 +113,7 @@ async fn an_operator_sees_both_instances_on_the_cluster_card() {
     assert_eq!(badge, "shared");
     let rows = page
         .eval(&format!(
-            "Array.from({card}.querySelectorAll('tbody tr[data-instance]')).map(r => [r.dataset.instance, r.dataset.this === 'true', r.querySelector('[data-col=\"address\"]').textContent, r.querySelector('[data-col=\"share\"]').textContent])"
+            "Array.from({card}.querySelectorAll('tbody tr[data-instance]')).map(r => [r.dataset.instance, r.dataset.this === 'true', r.querySelector('[data-col=\"address\"]').textContent, r.querySelector('[data-col=\"share\"]').textContent, r.querySelector('[data-col=\"waiting\"]').textContent])"
         ))
         .await
         .unwrap();
@@ -120,6 +127,8 @@ async fn an_operator_sees_both_instances_on_the_cluster_card() {
     assert_eq!(row_of(&b_id)[1], false);
     assert_eq!(row_of(&a_id)[2], a.addr.to_string());
     assert_eq!(row_of(&b_id)[2], b.addr.to_string());
+    assert_eq!(row_of(&a_id)[4], "0", "nobody joined through A");
+    assert_eq!(row_of(&b_id)[4], "2", "B's share of the line");
     for row in rows {
         let share = row[3].as_str().unwrap();
         assert!(share.ends_with(" %"), "share of the cap: {share}");

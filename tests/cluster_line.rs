@@ -727,3 +727,143 @@ async fn a_lease_round_keeps_an_entry_made_while_it_was_on_its_way() {
     line::join(&cluster, "u", None).await.unwrap();
     assert_eq!(line::call(&cluster, 2).await.unwrap().called_now, 0);
 }
+
+/// `leave` takes tickets out of the line or the called set in one run, giving a called one's
+/// slot back, and each instance's share of the line counts the tickets that joined through it.
+#[tokio::test]
+async fn leave_gives_up_places_and_calls_and_each_instance_share_is_counted() {
+    let server = RedisServer::start();
+    let mut redis = server.connection();
+    let name = "leave";
+    let a = cluster_of(&server, name);
+    let b = cluster_of(&server, name);
+    for cluster in [&a, &b] {
+        cluster.line.set_timing(&RoomSettings {
+            max_queue: 0,
+            first_poll_grace: Duration::ZERO,
+            ..RoomSettings::default()
+        });
+    }
+    let client = Some("198.51.100.9".parse().unwrap());
+    line::join(&a, "a1", client).await.unwrap();
+    line::join(&a, "a2", None).await.unwrap();
+    line::join(&b, "b1", None).await.unwrap();
+    let shares = |redis: &mut redis::Connection| -> (Option<i64>, Option<i64>) {
+        let key = format!("concert:{{{name}}}:joined_at");
+        (
+            redis.hget(&key, &a.id).unwrap(),
+            redis.hget(&key, &b.id).unwrap(),
+        )
+    };
+    assert_eq!(shares(&mut redis), (Some(2), Some(1)));
+    // The head is called: it leaves A's share, and each call reports its own instance's.
+    let calls = line::call(&a, 1).await.unwrap();
+    assert_eq!((calls.called_now, calls.joined_here), (1, 1));
+    assert_eq!(line::call(&b, 1).await.unwrap().joined_here, 1);
+    assert_eq!(b.line.joined_here(), 1);
+    assert_eq!(pool_in_use(&mut redis, name), (0, 1));
+    // One called, one waiting, one never there: one run takes out the first two.
+    let gone = ["a1", "b1", "nobody"].map(String::from);
+    assert_eq!(line::leave(&a, &gone).await.unwrap(), (1, 1));
+    assert_eq!(
+        pool_in_use(&mut redis, name),
+        (0, 0),
+        "the call's slot is back"
+    );
+    assert_eq!(shares(&mut redis), (Some(1), None));
+    let held: Option<i64> = redis
+        .hget(
+            format!("concert:{{{name}}}:per_address"),
+            line::address_key("198.51.100.9".parse().unwrap()),
+        )
+        .unwrap();
+    assert_eq!(held, None, "the address holds no ticket any more");
+    assert_eq!(line::arrive(&a, "a1", 1).await.unwrap(), Visit::Unknown);
+    assert!(matches!(
+        line::poll(&b, "a2").await.unwrap(),
+        Polled::Waiting {
+            position: 1,
+            waiting: 1
+        }
+    ));
+    // Leaving twice changes nothing.
+    assert_eq!(line::leave(&a, &gone).await.unwrap(), (0, 0));
+    assert_eq!(line::call(&a, 1).await.unwrap().called_now, 1);
+    assert_eq!(shares(&mut redis), (None, None));
+}
+
+/// Asks for `path` through `running` as the client at `address` (named by `X-Forwarded-For`
+/// through the trusted loopback).
+async fn visit(
+    client: &reqwest::Client,
+    running: &concert::Running,
+    path: &str,
+    address: &str,
+) -> reqwest::Response {
+    client
+        .get(url(running, path))
+        .header("x-forwarded-for", address)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_banned_visitor_gives_up_the_shared_place_at_its_next_request() {
+    let server = RedisServer::start();
+    let origin = origins::held_origin();
+    let [a, b] = pair(&server, "banned", &origin, "1").await;
+    let holder = occupy(&a, &origin, "/holder").await;
+    let (abuser, patient) = ("203.0.113.40", "203.0.113.41");
+    let first = cookie_client();
+    let queued = visit(&first, &a, "/first", abuser).await;
+    assert_eq!(queued.status(), StatusCode::TOO_MANY_REQUESTS);
+    let second = cookie_client();
+    let queued = visit(&second, &b, "/second", patient).await;
+    assert_eq!(queued.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(status(&second, &a).await["position"], 2);
+    let cluster = a.app.cluster.clone().unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || cluster.line.joined_here() == 1).await,
+        "A counts the one visitor who joined through it"
+    );
+    // Banned on A; the ban reaches B through Redis, and the abuser's next request, on B,
+    // is refused there and takes its place out of the line.
+    assert!(a.app.abuse.ban_now(abuser.parse().unwrap()).is_some());
+    let b_abuse = &b.app.abuse;
+    assert!(
+        eventually(Duration::from_secs(2), || b_abuse
+            .banned(abuser.parse().unwrap())
+            .is_some())
+        .await
+    );
+    let refused = visit(&first, &b, "/first", abuser).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let notice = refused.text().await.unwrap();
+    assert!(notice.contains("blocked"), "{notice}");
+    let mut position = 2;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(1_050)).await;
+        position = status(&second, &b).await["position"].as_u64().unwrap_or(0);
+        if position == 1 {
+            break;
+        }
+    }
+    assert_eq!(position, 1, "the banned visitor's place was kept");
+    assert!(
+        eventually(Duration::from_secs(2), || cluster.line.joined_here() == 0).await,
+        "A's share of the line dropped with the place"
+    );
+    // When the slot frees, the patient visitor is called, not the banned one.
+    origin.release(1);
+    holder.await.unwrap();
+    let mut ready = false;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(1_050)).await;
+        if status(&second, &a).await["ready"] == true {
+            ready = true;
+            break;
+        }
+    }
+    assert!(ready, "the next visitor was never called");
+}

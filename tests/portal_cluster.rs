@@ -192,6 +192,20 @@ async fn each_instance_lists_both_with_their_leases_and_marks_itself() {
     a.view_until(|view| both_listed(view) && member(view, &b.id())["in_use"] == 0)
         .await;
 
+    // Each row carries its instance's share of the shared line, as the line script counts it
+    // (set here by hand: filling a cap of ten to queue visitors is another test's work).
+    let mut connection = redis.connection();
+    redis::cmd("HSET")
+        .arg("concert:{portalview}:joined_at")
+        .arg(b.id())
+        .arg(3)
+        .query::<()>(&mut connection)
+        .unwrap();
+    let shares = a
+        .view_until(|view| both_listed(view) && member(view, &b.id())["waiting"] == 3)
+        .await;
+    assert_eq!(member(&shares, &a.id())["waiting"], 0, "{shares}");
+
     // The Monitor page carries the card.
     let page = a.get("/").await.text().await.unwrap();
     assert!(page.contains(r#"id="monitor-cluster""#));

@@ -22,6 +22,8 @@ pub struct ClusterReport {
     pub in_use: u64,
     /// Visitors in the shared line at the last lease.
     pub line: u64,
+    /// Of those, the ones that joined through this instance (its share of the line).
+    pub line_here: u64,
     /// Slots set aside for visitors called from the line, at the last lease.
     pub reserved: u64,
     pub redis_up: bool,
@@ -43,6 +45,7 @@ impl ClusterReport {
             lease: lease as u64,
             in_use: in_use as u64,
             line: cluster.slots.line_length(),
+            line_here: cluster.line.joined_here(),
             reserved: cluster.slots.reserved(),
             redis_up: health.is_up(),
             redis_latency: health.latency(),
@@ -64,6 +67,7 @@ impl ClusterReport {
             "lease": self.lease,
             "in_use": self.in_use,
             "line": self.line,
+            "line_here": self.line_here,
             "reserved": self.reserved,
             "redis": {
                 "up": self.redis_up,
@@ -101,6 +105,7 @@ mod tests {
             lease: 2,
             in_use: 1,
             line: 0,
+            line_here: 0,
             reserved: 0,
             redis_up: false,
             redis_latency: Duration::from_micros(420),

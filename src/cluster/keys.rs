@@ -127,6 +127,12 @@ impl Keys {
         self.key("line_stats")
     }
 
+    /// Hash: instance id → tickets waiting in the line that joined through that instance (its
+    /// share of the line, shown in the portal).
+    pub fn joined_at(&self) -> String {
+        self.key("joined_at")
+    }
+
     /// Hash: instance id → page slots that instance asked for at its last lease round (how
     /// the pool sees who is short).
     pub fn wants(&self) -> String {

@@ -16,6 +16,7 @@
 //! someone who joined on another instance at most that long before (the tolerance). While the
 //! link is down, or the figure is older than [`VIEW_STALE_AFTER`], the local room serves.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::Script;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 
 use super::{Cluster, LinkError};
 use crate::app::App;
@@ -42,6 +43,13 @@ pub const MIN_CALL_WINDOW: Duration = Duration::from_secs(15);
 const BATCH: u32 = 200;
 /// Polls of one ticket closer together than this are throttled (as the room's are).
 const POLL_THROTTLE_MS: u64 = 1_000;
+/// Tickets waiting to be taken out of the line; past this, more are left to the reaper.
+const LEAVE_QUEUE: usize = 1_024;
+/// Most tickets one `leave` run takes out.
+const LEAVE_BATCH: usize = 64;
+/// Tickets remembered as settled per generation (two are kept): enough for every visitor
+/// an instance lets in over a ticket's lifetime at a busy event, and a few hundred KiB at most.
+const SETTLED_GENERATION: usize = 8_192;
 
 /// The line part of a cluster: the script, the last figures seen, and the admission rate.
 pub struct SharedLine {
@@ -54,6 +62,44 @@ pub struct SharedLine {
     /// at once instead of at the next period.
     nudge: Notify,
     epoch: Instant,
+    /// Tickets this instance knows are out of the shared line (see [`SharedLine::settle`]).
+    settled: Mutex<Settled>,
+    leaving: mpsc::Sender<String>,
+    /// Taken by the task that sends the tickets to Redis.
+    leaving_queue: Mutex<Option<mpsc::Receiver<String>>>,
+}
+
+/// Ticket ids (the token's 128 bits) in two generations: when the newer fills, the older is
+/// forgotten. A forgotten ticket costs at most one more look-up in Redis.
+#[derive(Default)]
+struct Settled {
+    current: HashSet<u128>,
+    previous: HashSet<u128>,
+}
+
+impl Settled {
+    fn contains(&self, id: u128) -> bool {
+        self.current.contains(&id) || self.previous.contains(&id)
+    }
+
+    /// Remembers `id`; false if it was already known.
+    fn insert(&mut self, id: u128) -> bool {
+        if self.contains(id) {
+            return false;
+        }
+        if self.current.len() >= SETTLED_GENERATION {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(id)
+    }
+}
+
+/// A ticket's id, if it is one (32 hex digits).
+fn ticket_id(token: &str) -> Option<u128> {
+    if token.len() != 32 {
+        return None;
+    }
+    u128::from_str_radix(token, 16).ok()
 }
 
 impl std::fmt::Debug for SharedLine {
@@ -70,6 +116,8 @@ impl std::fmt::Debug for SharedLine {
 struct View {
     waiting: AtomicU64,
     called: AtomicU64,
+    /// Of those waiting, the ones that joined through this instance.
+    joined_here: AtomicU64,
     /// Milliseconds after `epoch` (plus one, so 0 means never).
     refreshed: AtomicU64,
 }
@@ -92,6 +140,7 @@ impl Default for SharedLine {
 
 impl SharedLine {
     pub fn new() -> SharedLine {
+        let (leaving, leaving_queue) = mpsc::channel(LEAVE_QUEUE);
         let line = SharedLine {
             script: Script::new(include_str!("lua/line.lua")),
             view: View::default(),
@@ -106,6 +155,9 @@ impl SharedLine {
             meter: Mutex::new((RateMeter::new(0), None)),
             nudge: Notify::new(),
             epoch: Instant::now(),
+            settled: Mutex::new(Settled::default()),
+            leaving,
+            leaving_queue: Mutex::new(Some(leaving_queue)),
         };
         line.set_timing(&RoomSettings::default());
         line
@@ -150,6 +202,11 @@ impl SharedLine {
         self.view.waiting.load(Ordering::Relaxed)
     }
 
+    /// Visitors waiting in the shared line who joined through this instance, as last seen.
+    pub fn joined_here(&self) -> u64 {
+        self.view.joined_here.load(Ordering::Relaxed)
+    }
+
     /// Visitors called and not yet in, as last seen.
     pub fn called(&self) -> u64 {
         self.view.called.load(Ordering::Relaxed)
@@ -175,6 +232,29 @@ impl SharedLine {
     /// Resolves at the next nudge (one nudge given meanwhile is kept).
     pub async fn nudged(&self) {
         self.nudge.notified().await;
+    }
+
+    /// Whether `token` is known here to be out of the shared line (let in, gone, or sent to
+    /// leave): no need to look it up in Redis again.
+    pub fn is_settled(&self, token: &str) -> bool {
+        ticket_id(token).is_some_and(|id| self.settled.lock().contains(id))
+    }
+
+    /// Remembers that `token` is out of the shared line; false if that was known already.
+    fn mark_settled(&self, token: &str) -> bool {
+        ticket_id(token).is_some_and(|id| self.settled.lock().insert(id))
+    }
+
+    /// Takes `token` out of the shared line, off the request path: its holder was let in on
+    /// this instance's own slot without a look-up (the figures said nobody waited), or is
+    /// banned. A ticket still waiting there would otherwise be called later and hold a slot
+    /// idle for the whole call window; one already called gives its slot back at once. Each
+    /// ticket is sent at most once per instance (while remembered), so visitors let in keep
+    /// costing Redis nothing however many pages they load with their old ticket.
+    pub fn settle(&self, token: &str) {
+        if self.mark_settled(token) && self.leaving.try_send(token.to_owned()).is_err() {
+            tracing::debug!("cluster: leave queue full; the reaper will take the ticket out");
+        }
     }
 
     fn seen(&self, waiting: u64, called: u64) {
@@ -230,7 +310,7 @@ fn arg(value: impl ToString) -> String {
     value.to_string()
 }
 
-fn keys(cluster: &Cluster) -> [String; 11] {
+fn keys(cluster: &Cluster) -> [String; 12] {
     let k = &cluster.keys;
     [
         k.seq(),
@@ -244,6 +324,7 @@ fn keys(cluster: &Cluster) -> [String; 11] {
         k.polled(),
         k.line_stats(),
         k.instances(),
+        k.joined_at(),
     ]
 }
 
@@ -411,6 +492,8 @@ pub struct Calls {
     pub free: u64,
     pub calls_total: u64,
     pub entered_total: u64,
+    /// Still waiting, having joined through this instance.
+    pub joined_here: u64,
 }
 
 /// The periodic step: reaps expired tickets, then calls as many visitors from the head of the
@@ -428,6 +511,7 @@ pub async fn call(cluster: &Cluster, cap: u32) -> Result<Calls, LinkError> {
                 arg(t.window_ms.load(Ordering::Relaxed)),
                 arg(t.ttl_ms.load(Ordering::Relaxed)),
                 arg(BATCH),
+                arg(&cluster.id),
             ],
         )
         .await?;
@@ -438,8 +522,12 @@ pub async fn call(cluster: &Cluster, cap: u32) -> Result<Calls, LinkError> {
         free: figure(&reply, 3),
         calls_total: figure(&reply, 4),
         entered_total: figure(&reply, 5),
+        joined_here: figure(&reply, 6),
     };
     line.seen(calls.waiting, calls.called);
+    line.view
+        .joined_here
+        .store(calls.joined_here, Ordering::Relaxed);
     line.count_calls(calls.calls_total);
     Ok(calls)
 }
@@ -456,6 +544,41 @@ pub async fn reap(cluster: &Cluster) -> Result<(u64, u64), LinkError> {
         )
         .await?;
     Ok((figure(&reply, 0), figure(&reply, 1)))
+}
+
+/// Takes `tokens` out of the line or the called set, in one run. Returns (left the line,
+/// left the called set).
+pub async fn leave(cluster: &Cluster, tokens: &[String]) -> Result<(u64, u64), LinkError> {
+    let reply = cluster.line.run(cluster, "leave", tokens).await?;
+    Ok((figure(&reply, 0), figure(&reply, 1)))
+}
+
+/// Sends the tickets given to [`SharedLine::settle`] to Redis in batches. One that fails
+/// (Redis away) is left to the reaper, which takes it out when it lapses, as before.
+pub(crate) fn spawn_leaver(cluster: Arc<Cluster>) -> tokio::task::JoinHandle<()> {
+    let queue = cluster.line.leaving_queue.lock().take();
+    tokio::spawn(async move {
+        let Some(mut queue) = queue else { return };
+        let mut batch = Vec::with_capacity(LEAVE_BATCH);
+        loop {
+            if queue.recv_many(&mut batch, LEAVE_BATCH).await == 0 {
+                return;
+            }
+            match leave(&cluster, &batch).await {
+                Ok((from_line, from_called)) => {
+                    if from_called > 0 {
+                        // A slot went back to the pool: the next in line can be called.
+                        cluster.line.nudge();
+                    }
+                    tracing::debug!(from_line, from_called, "cluster: tickets left the line");
+                }
+                Err(error) => {
+                    tracing::debug!("cluster: taking tickets out of the line failed: {error}");
+                }
+            }
+            batch.clear();
+        }
+    })
 }
 
 /// A page slot taken through the shared line; letting it go calls the next in line at once
@@ -512,6 +635,7 @@ pub(crate) async fn decide(
     // then the ticket is looked up first rather than replaced, which would leave its called
     // slot idle for the whole call window.
     if let Some(token) = ticket
+        && !line.is_settled(token)
         && (line.waiting() > 0 || line.called() > 0 || room.page_gate().available() == 0)
     {
         let visit = arrive(cluster, token, room.settings().cap).await;
@@ -522,6 +646,7 @@ pub(crate) async fn decide(
                 // `Slots::entered`).
                 let permit = room.page_gate().grow_one();
                 cluster.slots.entered();
+                line.mark_settled(token);
                 Some(admit(permit))
             }
             Ok(Visit::Waiting { position, .. }) => Some(SharedDecision::Wait(Waiting {
@@ -534,7 +659,10 @@ pub(crate) async fn decide(
                 position: 1,
                 estimate: line.estimate(1),
             })),
-            Ok(Visit::Unknown) => None,
+            Ok(Visit::Unknown) => {
+                line.mark_settled(token);
+                None
+            }
             Err(_) => Some(SharedDecision::Local),
         };
         if let Some(decision) = decision {
@@ -542,13 +670,19 @@ pub(crate) async fn decide(
         }
     }
     if line.waiting() == 0 {
-        if let Some(permit) = room.page_gate().try_acquire() {
-            return admit(permit);
-        }
-        // Nobody waits, but every slot this instance holds is taken: the lease task hears of
-        // it at once and may lend one from the pool within a round. Only the cap reached
+        // Nobody waits, but every slot this instance holds may be taken: the lease task hears
+        // of it at once and may lend one from the pool within a round. Only the cap reached
         // everywhere (or the line filling meanwhile) sends the visitor to the line.
-        if let Some(permit) = room.wait_page_slot(SHORT_WAIT).await {
+        let permit = match room.page_gate().try_acquire() {
+            Some(permit) => Some(permit),
+            None => room.wait_page_slot(SHORT_WAIT).await,
+        };
+        if let Some(permit) = permit {
+            // In without a look-up: a ticket it still held (the figures may be a round
+            // behind) must not keep a place, or a call, in the line.
+            if let Some(token) = ticket {
+                line.settle(token);
+            }
             return admit(permit);
         }
     }
@@ -619,5 +753,67 @@ pub(crate) async fn poll_outcome(
         Ok(Polled::Throttled { position }) => PollOutcome::Throttled { position },
         Ok(Polled::Unknown) => PollOutcome::Ready,
         Err(_) => room.poll(ticket),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICKET: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_ticket_is_settled_once_and_only_tickets_are() {
+        let line = SharedLine::new();
+        assert!(!line.is_settled(TICKET));
+        assert!(line.mark_settled(TICKET));
+        assert!(line.is_settled(TICKET));
+        assert!(!line.mark_settled(TICKET), "already known");
+        for junk in [
+            "",
+            "short",
+            "0123456789abcdef0123456789abcdeg",
+            &"f".repeat(33),
+        ] {
+            assert!(!line.mark_settled(junk), "{junk:?}");
+            assert!(!line.is_settled(junk));
+        }
+    }
+
+    #[test]
+    fn settled_tickets_are_kept_for_two_generations_then_forgotten() {
+        let mut settled = Settled::default();
+        assert!(settled.insert(0));
+        for id in 1..SETTLED_GENERATION as u128 {
+            settled.insert(id);
+        }
+        // The first generation is full: the next one starts, and the first is still known.
+        assert!(settled.insert(u128::MAX));
+        assert!(settled.contains(0) && settled.contains(u128::MAX));
+        for id in 0..SETTLED_GENERATION as u128 {
+            settled.insert(1_000_000 + id);
+        }
+        assert!(!settled.contains(0), "the oldest generation is forgotten");
+        assert!(settled.contains(u128::MAX));
+        assert!(settled.current.len() + settled.previous.len() <= 2 * SETTLED_GENERATION);
+    }
+
+    #[tokio::test]
+    async fn settling_queues_each_ticket_once_and_never_blocks() {
+        let line = SharedLine::new();
+        let mut queue = line.leaving_queue.lock().take().unwrap();
+        line.settle(TICKET);
+        line.settle(TICKET);
+        assert_eq!(queue.try_recv().ok().as_deref(), Some(TICKET));
+        assert!(queue.try_recv().is_err(), "sent once");
+        // A full queue drops the rest (the reaper takes them out later) instead of waiting.
+        for id in 0..(LEAVE_QUEUE as u128 + 10) {
+            line.settle(&format!("{id:032x}"));
+        }
+        let mut queued = 0;
+        while queue.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, LEAVE_QUEUE);
     }
 }

@@ -158,6 +158,7 @@ pub(crate) fn start(
         bans::spawn_writer(cluster.clone()),
         bans::spawn_strikes(Arc::downgrade(app), cluster.clone()),
         settings::spawn_writer(Arc::downgrade(app), cluster.clone()),
+        line::spawn_leaver(cluster.clone()),
         events::spawn(Arc::downgrade(app), cluster),
         // One lease task: slot leases, then the line's call step, in one rhythm.
         slots::spawn(app),

@@ -606,6 +606,16 @@ fn register_cluster(registry: &mut Registry, cluster: &ClusterReport) {
         gauge(cluster.in_use as f64),
     );
     registry.register(
+        "cluster_line",
+        "Visitors waiting in the shared line, on every instance",
+        gauge(cluster.line as f64),
+    );
+    registry.register(
+        "cluster_line_here",
+        "Visitors waiting in the shared line who joined through this instance",
+        gauge(cluster.line_here as f64),
+    );
+    registry.register(
         "cluster_redis_up",
         "1 while the last exchange with Redis succeeded",
         gauge(if cluster.redis_up { 1.0 } else { 0.0 }),

@@ -121,7 +121,7 @@ async fn run_stages<B: RequestBody + Unpin>(
     };
     let arrival = app.history.arrive(req.headers());
     if let Some(ban) = app.abuse.enforce(info.client, info.path()) {
-        let response = ban::answer(&generation, &info, req.headers(), ban);
+        let response = ban::answer(&app, &generation, &info, req.headers(), ban);
         record::record(
             &app,
             &info,

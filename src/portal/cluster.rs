@@ -2,7 +2,7 @@
 //! Redis health) beside every instance's last lease report as Redis holds it, so an operator
 //! sees from any instance how the shared cap is spread.
 //!
-//! The listing is one `TIME` + `ZCARD` + `ZRANGE` exchange and then one pipelined `HGETALL` per
+//! The listing is one `TIME` + `ZCARD` + `ZRANGE` + `HGETALL` (the line's shares) exchange and then one pipelined `HGETALL` per
 //! instance (at most [`MAX_LISTED`]), all within the link's bound. It is read at most once per
 //! [`READ_EVERY`] however many portal pages poll, and when Redis does not answer the card shows
 //! the last listing read, marked as such, beside the local report: never an error page.
@@ -43,6 +43,8 @@ pub(crate) struct Member {
     in_use: Option<u64>,
     want: Option<u64>,
     granted: Option<u64>,
+    /// Visitors waiting in the shared line who joined through it (its share of the line).
+    waiting: u64,
     /// Time since its last lease round, by Redis's clock (so the hosts' clocks never matter).
     seen_ago_ms: Option<u64>,
     /// Whether it is the instance answering.
@@ -138,16 +140,18 @@ impl ClusterView {
 /// Reads the instances from Redis: one exchange (two round trips) under the link's bound.
 async fn read(cluster: &Cluster) -> Result<Listing, link::LinkError> {
     let keys = cluster.keys.clone();
-    let (time, total, ids, reports) = cluster
+    let (time, total, ids, waiting, reports) = cluster
         .link
         .run(|mut connection| async move {
             let instances = keys.instances();
-            let (time, total, ids): (Vec<u64>, u64, Vec<String>) = redis::pipe()
-                .cmd("TIME")
-                .zcard(&instances)
-                .zrange(&instances, 0, MAX_LISTED as isize - 1)
-                .query_async(&mut connection)
-                .await?;
+            let (time, total, ids, waiting): (Vec<u64>, u64, Vec<String>, HashMap<String, String>) =
+                redis::pipe()
+                    .cmd("TIME")
+                    .zcard(&instances)
+                    .zrange(&instances, 0, MAX_LISTED as isize - 1)
+                    .hgetall(keys.joined_at())
+                    .query_async(&mut connection)
+                    .await?;
             let mut reports: Vec<HashMap<String, String>> = Vec::new();
             if !ids.is_empty() {
                 let mut pipe = redis::pipe();
@@ -156,7 +160,7 @@ async fn read(cluster: &Cluster) -> Result<Listing, link::LinkError> {
                 }
                 reports = pipe.query_async(&mut connection).await?;
             }
-            Ok((time, total, ids, reports))
+            Ok((time, total, ids, waiting, reports))
         })
         .await?;
     let now_ms = match time.as_slice() {
@@ -170,7 +174,14 @@ async fn read(cluster: &Cluster) -> Result<Listing, link::LinkError> {
                 .into_iter()
                 .chain(std::iter::repeat_with(HashMap::new)),
         )
-        .map(|(id, report)| member(&cluster.id, id, &report, now_ms))
+        .map(|(id, report)| {
+            let mut member = member(&cluster.id, id, &report, now_ms);
+            member.waiting = waiting
+                .get(&member.id)
+                .and_then(|count| count.parse::<u64>().ok())
+                .unwrap_or(0);
+            member
+        })
         .collect();
     // Oldest first, so rows keep their places from one poll to the next.
     members.sort_by(|a, b| {
@@ -203,6 +214,7 @@ fn member(own_id: &str, id: String, report: &HashMap<String, String>, now_ms: u6
         in_use: number("in_use"),
         want: number("want"),
         granted: number("granted"),
+        waiting: 0,
         seen_ago_ms: number("seen").map(|seen| now_ms.saturating_sub(seen)),
         id,
     }

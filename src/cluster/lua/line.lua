@@ -2,18 +2,19 @@
 -- no instance ever reads a figure, decides, and writes it back.
 --
 -- KEYS: 1 seq, 2 line, 3 seen, 4 called, 5 tickets, 6 per_address, 7 leases, 8 reserved,
---       9 polled, 10 stats, 11 instances (the lease script's members).
--- ARGV[1] names the operation: join, poll, arrive, call or reap; the rest are its own.
+--       9 polled, 10 stats, 11 instances (the lease script's members), 12 joined_at.
+-- ARGV[1] names the operation: join, poll, arrive, call, leave or reap; the rest are its own.
 -- Times are Redis TIME in milliseconds, so the instances' clocks never have to agree.
 --
 -- line: token -> seq (FIFO by seq). seen: token -> expiry base (a waiting ticket leaves once
 -- its score is older than the token lifetime). called: token -> deadline. tickets: token ->
 -- "address|issued|instance". per_address: address -> live tickets. polled: token -> last poll.
 -- stats: calls (visitors moved from the line to called), entered (called visitors let in).
+-- joined_at: instance -> tickets waiting in the line that joined through it (its share).
 
 local seq, line, seen, called = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tickets, per_address, leases, reserved = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local polled, stats, instances = KEYS[9], KEYS[10], KEYS[11]
+local polled, stats, instances, joined_at = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -51,6 +52,18 @@ local function forget(token)
   redis.call('HDEL', polled, token)
 end
 
+-- A ticket leaves the waiting line (called, expired, shed or gone): its instance's share drops.
+-- Called before `forget`, which drops the meta naming the instance.
+local function out_of_line(token)
+  local meta = redis.call('HGET', tickets, token)
+  local instance = meta and string.match(meta, '|([^|]*)$')
+  if instance and instance ~= '' then
+    if redis.call('HINCRBY', joined_at, instance, -1) <= 0 then
+      redis.call('HDEL', joined_at, instance)
+    end
+  end
+end
+
 -- One slot set aside for a called visitor goes back to the pool (never below zero).
 local function unreserve()
   if reserved_now() > 0 then
@@ -65,6 +78,7 @@ local function reap(now, ttl, limit)
   for _, token in ipairs(expired) do
     redis.call('ZREM', line, token)
     redis.call('ZREM', seen, token)
+    out_of_line(token)
     forget(token)
   end
   local lapsed = redis.call('ZRANGEBYSCORE', called, '-inf', now, 'LIMIT', 0, limit)
@@ -90,6 +104,7 @@ local function expired(token, now, ttl)
   if score and tonumber(score) <= now - ttl then
     redis.call('ZREM', line, token)
     redis.call('ZREM', seen, token)
+    out_of_line(token)
     forget(token)
     return true
   end
@@ -121,6 +136,7 @@ if op == 'join' then
         and tonumber(oldest[2]) <= now - ttl + grace - proof then
       redis.call('ZREM', line, oldest[1])
       redis.call('ZREM', seen, oldest[1])
+      out_of_line(oldest[1])
       forget(oldest[1])
       shed = true
     end
@@ -141,6 +157,7 @@ if op == 'join' then
   if address ~= '' then
     redis.call('HINCRBY', per_address, address, 1)
   end
+  redis.call('HINCRBY', joined_at, instance, 1)
   return {position(token), redis.call('ZCARD', line), redis.call('ZCARD', called)}
 end
 
@@ -220,10 +237,12 @@ if op == 'arrive' then
   return {1, at, redis.call('ZCARD', line)}
 end
 
--- call cap window_ms ttl limit: the head of the line takes the pool's free slots.
--- -> {called now, waiting, called, free after, calls total, entered total}
+-- call cap window_ms ttl limit instance: the head of the line takes the pool's free slots.
+-- -> {called now, waiting, called, free after, calls total, entered total,
+--     waiting that joined through `instance`}
 if op == 'call' then
   local cap, window, ttl, limit = number(ARGV[2]), number(ARGV[3]), number(ARGV[4]), number(ARGV[5])
+  local instance = ARGV[6] or ''
   local now = now_ms()
   reap(now, ttl, limit)
   local free = cap - leased() - reserved_now()
@@ -233,6 +252,7 @@ if op == 'call' then
     local head = redis.call('ZPOPMIN', line, take)
     for i = 1, #head, 2 do
       local token = head[i]
+      out_of_line(token)
       redis.call('ZADD', called, now + window, token)
       redis.call('ZREM', seen, token)
       redis.call('HDEL', polled, token)
@@ -250,7 +270,29 @@ if op == 'call' then
     math.max(free - count, 0),
     number(redis.call('HGET', stats, 'calls')),
     number(redis.call('HGET', stats, 'entered')),
+    number(redis.call('HGET', joined_at, instance)),
   }
+end
+
+-- leave token...: tickets whose holders are in (let in on an instance's own slot while that
+-- instance's figures were behind) or shut out (banned) give up their places, or their calls.
+-- -> {left the line, left the called set (their slots back to the pool)}
+if op == 'leave' then
+  local from_line, from_called = 0, 0
+  for i = 2, #ARGV do
+    local token = ARGV[i]
+    if redis.call('ZREM', called, token) == 1 then
+      forget(token)
+      unreserve()
+      from_called = from_called + 1
+    elseif redis.call('ZREM', line, token) == 1 then
+      redis.call('ZREM', seen, token)
+      out_of_line(token)
+      forget(token)
+      from_line = from_line + 1
+    end
+  end
+  return {from_line, from_called}
 end
 
 -- reap ttl limit -> {expired, lapsed}

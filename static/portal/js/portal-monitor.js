@@ -291,6 +291,7 @@
     row.appendChild(shareCell(member.lease, cap));
     row.appendChild(cell("lease", count(member.lease)));
     row.appendChild(cell("in_use", count(member.in_use)));
+    row.appendChild(cell("waiting", count(member.waiting)));
     row.appendChild(cell("seen", ago(member.seen_ago_ms)));
     var up = member.started_ms ? span(Math.max(0, Date.now() - member.started_ms) / 1000) : "—";
     row.appendChild(cell("up", up));
@@ -336,7 +337,7 @@
     if (!rows.length) {
       var empty = document.createElement("tr");
       var td = cell("none", "No instances listed.", "text-body-secondary");
-      td.colSpan = 7;
+      td.colSpan = 8;
       empty.appendChild(td);
       rows.push(empty);
     }
