@@ -218,8 +218,9 @@ async fn strikes_on_two_instances_add_up_to_a_ban_on_both() {
     wrong_token(&a).await;
     // Let A's batch reach Redis before B's strikes follow.
     let counted = within(Duration::from_secs(2), async || {
-        let total: Option<i64> = redis::cmd("GET")
+        let total: Option<i64> = redis::cmd("HGET")
             .arg(format!("concert:{{{NAME}}}:strikes:192.0.2.44"))
+            .arg("current")
             .query(&mut redis.connection())
             .unwrap();
         total == Some(10)
@@ -422,4 +423,44 @@ async fn a_lift_made_while_an_instance_was_stopped_holds_when_it_starts_again() 
     assert!(stored.unwrap_or_default().contains("\"lifted\":true"));
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// The shared strike count slides as each instance's own does: a burst across the edge of two
+/// windows is seen whole, strikes two windows old are forgotten, and a count an older version
+/// left as a plain number starts afresh. The script run is the one the instances run.
+#[tokio::test]
+async fn shared_strikes_slide_over_the_window_edge() {
+    let redis = RedisServer::start();
+    let mut connection = redis.connection();
+    let script = redis::Script::new(include_str!("../src/cluster/lua/strikes.lua"));
+    let key = "concert:{slide}:strikes:198.51.100.3";
+    let window_ms = 1_000;
+    let mut strike = |weight: i64| -> i64 {
+        let totals: Vec<i64> = script
+            .key(key)
+            .arg(window_ms)
+            .arg(3)
+            .arg(weight)
+            .invoke(&mut connection)
+            .unwrap();
+        totals[0]
+    };
+    assert_eq!(strike(2), 2);
+    // Just past the edge: a fixed window would count 2 here and never ban.
+    std::thread::sleep(Duration::from_millis(1_050));
+    assert!(
+        strike(2) < 0,
+        "a burst across the edge reaches the threshold"
+    );
+    // The count started afresh with the ban.
+    assert_eq!(strike(1), 1);
+    std::thread::sleep(Duration::from_millis(2_100));
+    assert_eq!(strike(1), 1, "strikes two windows old are forgotten");
+    // A count an older version kept as a number.
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(17)
+        .query(&mut redis.connection())
+        .unwrap();
+    assert_eq!(strike(1), 1);
 }
