@@ -867,3 +867,50 @@ async fn a_banned_visitor_gives_up_the_shared_place_at_its_next_request() {
     }
     assert!(ready, "the next visitor was never called");
 }
+
+/// An instance whose `arrive` got no answer takes the entry back: if the script ran, the slot
+/// the pool added to its lease goes back; a ticket that never entered, or entered through
+/// another instance, changes nothing, and taking one back twice changes nothing either.
+#[tokio::test]
+async fn an_entry_whose_answer_was_lost_gives_its_slot_back() {
+    let server = RedisServer::start();
+    let mut redis = server.connection();
+    let name = "undo";
+    let a = cluster_of(&server, name);
+    let b = cluster_of(&server, name);
+    for cluster in [&a, &b] {
+        concert::cluster::slots::lease_round(cluster, 3, 0, 0, 0, 0)
+            .await
+            .unwrap();
+        cluster.line.set_timing(&RoomSettings {
+            max_queue: 0,
+            first_poll_grace: Duration::ZERO,
+            ..RoomSettings::default()
+        });
+    }
+    for token in ["t1", "t2", "t3"] {
+        line::join(&a, token, None).await.unwrap();
+    }
+    assert_eq!(line::call(&a, 3).await.unwrap().called_now, 3);
+    assert_eq!(line::arrive(&a, "t1", 3).await.unwrap(), Visit::Entered);
+    assert_eq!(line::arrive(&b, "t2", 3).await.unwrap(), Visit::Entered);
+    assert_eq!(pool_in_use(&mut redis, name), (2, 1));
+    let tokens = ["t1", "t2", "t3"].map(String::from);
+    assert_eq!(
+        line::undo(&a, &tokens).await.unwrap(),
+        1,
+        "only A's own entry"
+    );
+    let lease_of = |redis: &mut redis::Connection, id: &str| -> i64 {
+        redis
+            .hget(format!("concert:{{{name}}}:leases"), id)
+            .unwrap()
+    };
+    assert_eq!(lease_of(&mut redis, &a.id), 0);
+    assert_eq!(lease_of(&mut redis, &b.id), 1);
+    assert_eq!(line::undo(&a, &tokens).await.unwrap(), 0, "taken back once");
+    assert_eq!(pool_in_use(&mut redis, name), (1, 1));
+    // The slot is free again: the pool lends it to whoever asks next.
+    assert_eq!(line::arrive(&a, "t3", 3).await.unwrap(), Visit::Entered);
+    assert_eq!(pool_in_use(&mut redis, name), (2, 0));
+}

@@ -67,7 +67,8 @@ impl Keys {
         self.key("ranges:ends")
     }
 
-    /// Counter of one client's strikes on every instance, expiring with the strike window.
+    /// Hash of one client's strikes on every instance (`start`, `current`, `previous`: two
+    /// buckets of a sliding window), expiring two windows after the last strike.
     pub fn strikes(&self, client: &str) -> String {
         self.key(&format!("strikes:{client}"))
     }
@@ -131,6 +132,12 @@ impl Keys {
     /// share of the line, shown in the portal).
     pub fn joined_at(&self) -> String {
         self.key("joined_at")
+    }
+
+    /// Sorted set: `instance|ticket` → when that called visitor came in through that instance
+    /// (kept a minute, so an instance that never heard the answer can give the slot back).
+    pub fn entered(&self) -> String {
+        self.key("entered")
     }
 
     /// Hash: instance id → page slots that instance asked for at its last lease round (how

@@ -47,6 +47,9 @@ const POLL_THROTTLE_MS: u64 = 1_000;
 const LEAVE_QUEUE: usize = 1_024;
 /// Most tickets one `leave` run takes out.
 const LEAVE_BATCH: usize = 64;
+/// Most entries remembered whose answers were lost (one per visitor whose `arrive` timed out;
+/// past this the pool keeps counting the rest until this instance next rejoins).
+const UNANSWERED_MAX: usize = 256;
 /// Tickets remembered as settled per generation (two are kept): enough for every visitor
 /// an instance lets in over a ticket's lifetime at a busy event, and a few hundred KiB at most.
 const SETTLED_GENERATION: usize = 8_192;
@@ -67,6 +70,9 @@ pub struct SharedLine {
     leaving: mpsc::Sender<String>,
     /// Taken by the task that sends the tickets to Redis.
     leaving_queue: Mutex<Option<mpsc::Receiver<String>>>,
+    /// Tickets whose `arrive` got no answer, with the count of lease rewrites when it was
+    /// sent: if the script ran, the pool counts a slot this instance never used.
+    unanswered: Mutex<Vec<(String, u64)>>,
 }
 
 /// Ticket ids (the token's 128 bits) in two generations: when the newer fills, the older is
@@ -158,6 +164,7 @@ impl SharedLine {
             settled: Mutex::new(Settled::default()),
             leaving,
             leaving_queue: Mutex::new(Some(leaving_queue)),
+            unanswered: Mutex::new(Vec::new()),
         };
         line.set_timing(&RoomSettings::default());
         line
@@ -257,6 +264,35 @@ impl SharedLine {
         }
     }
 
+    /// Remembers that `token`'s `arrive`, sent when the lease had been rewritten `rewrites`
+    /// times, got no answer, so the lease task can take the entry back if it happened.
+    fn note_unanswered(&self, token: &str, rewrites: u64) {
+        let mut unanswered = self.unanswered.lock();
+        if unanswered.len() < UNANSWERED_MAX {
+            unanswered.push((token.to_owned(), rewrites));
+        }
+    }
+
+    /// The unanswered tickets to take back now: those sent since the last rewrite of the
+    /// lease. Older ones are dropped, since a rewrite counts only the slots the gate holds.
+    pub(crate) fn take_unanswered(&self, rewrites: u64) -> Vec<String> {
+        std::mem::take(&mut *self.unanswered.lock())
+            .into_iter()
+            .filter(|(_, sent_at)| *sent_at == rewrites)
+            .map(|(token, _)| token)
+            .collect()
+    }
+
+    /// Keeps `tokens` for the next round (their undo got no answer either).
+    pub(crate) fn keep_unanswered(&self, tokens: Vec<String>, rewrites: u64) {
+        let mut unanswered = self.unanswered.lock();
+        for token in tokens {
+            if unanswered.len() < UNANSWERED_MAX {
+                unanswered.push((token, rewrites));
+            }
+        }
+    }
+
     fn seen(&self, waiting: u64, called: u64) {
         self.view.waiting.store(waiting, Ordering::Relaxed);
         self.view.called.store(called, Ordering::Relaxed);
@@ -310,7 +346,7 @@ fn arg(value: impl ToString) -> String {
     value.to_string()
 }
 
-fn keys(cluster: &Cluster) -> [String; 12] {
+fn keys(cluster: &Cluster) -> [String; 13] {
     let k = &cluster.keys;
     [
         k.seq(),
@@ -325,6 +361,7 @@ fn keys(cluster: &Cluster) -> [String; 12] {
         k.line_stats(),
         k.instances(),
         k.joined_at(),
+        k.entered(),
     ]
 }
 
@@ -553,6 +590,17 @@ pub async fn leave(cluster: &Cluster, tokens: &[String]) -> Result<(u64, u64), L
     Ok((figure(&reply, 0), figure(&reply, 1)))
 }
 
+/// Gives back the slots of entries through this instance whose answers were lost (see
+/// [`SharedLine::take_unanswered`]); tickets that never entered are passed over. Returns the
+/// slots given back.
+pub async fn undo(cluster: &Cluster, tokens: &[String]) -> Result<u64, LinkError> {
+    let mut args = Vec::with_capacity(tokens.len() + 1);
+    args.push(cluster.id.clone());
+    args.extend(tokens.iter().cloned());
+    let reply = cluster.line.run(cluster, "undo", &args).await?;
+    Ok(figure(&reply, 0))
+}
+
 /// Sends the tickets given to [`SharedLine::settle`] to Redis in batches. One that fails
 /// (Redis away) is left to the reaper, which takes it out when it lapses, as before.
 pub(crate) fn spawn_leaver(cluster: Arc<Cluster>) -> tokio::task::JoinHandle<()> {
@@ -638,6 +686,7 @@ pub(crate) async fn decide(
         && !line.is_settled(token)
         && (line.waiting() > 0 || line.called() > 0 || room.page_gate().available() == 0)
     {
+        let rewrites = cluster.slots.rewrites();
         let visit = arrive(cluster, token, room.settings().cap).await;
         let decision = match visit {
             Ok(Visit::Entered) => {
@@ -663,7 +712,12 @@ pub(crate) async fn decide(
                 line.mark_settled(token);
                 None
             }
-            Err(_) => Some(SharedDecision::Local),
+            Err(_) => {
+                // The script may have run and raised the lease for a visitor not let in
+                // on it: the lease task takes the entry back if so.
+                line.note_unanswered(token, rewrites);
+                Some(SharedDecision::Local)
+            }
         };
         if let Some(decision) = decision {
             return decision;
@@ -796,6 +850,22 @@ mod tests {
         assert!(!settled.contains(0), "the oldest generation is forgotten");
         assert!(settled.contains(u128::MAX));
         assert!(settled.current.len() + settled.previous.len() <= 2 * SETTLED_GENERATION);
+    }
+
+    #[test]
+    fn unanswered_entries_from_before_a_lease_rewrite_are_dropped() {
+        let line = SharedLine::new();
+        line.note_unanswered("before", 0);
+        line.note_unanswered("after", 1);
+        // The lease was rewritten once since "before" was sent: only "after" is taken back.
+        assert_eq!(line.take_unanswered(1), vec!["after".to_owned()]);
+        assert!(line.take_unanswered(1).is_empty(), "taken once");
+        line.keep_unanswered(vec!["again".to_owned()], 1);
+        assert_eq!(line.take_unanswered(1), vec!["again".to_owned()]);
+        for i in 0..UNANSWERED_MAX + 5 {
+            line.note_unanswered(&format!("t{i}"), 2);
+        }
+        assert_eq!(line.take_unanswered(2).len(), UNANSWERED_MAX);
     }
 
     #[tokio::test]

@@ -80,6 +80,9 @@ pub struct Slots {
     /// and every entry from the shared line change it as they change the lease in Redis.
     /// Signed, so a round's correction may cross an entry's increment in either order.
     believed: AtomicI64,
+    /// Times the pool wrote this instance's lease afresh (a rejoin): an entry whose answer was
+    /// lost before one of those is already left out of the lease.
+    rewrites: AtomicU64,
 }
 
 impl Default for Slots {
@@ -98,6 +101,7 @@ impl Default for Slots {
             .unwrap_or(0),
             address: OnceLock::new(),
             believed: AtomicI64::new(0),
+            rewrites: AtomicU64::new(0),
         }
     }
 }
@@ -124,6 +128,11 @@ impl Slots {
     /// Slots set aside for visitors called from the line, at the last lease.
     pub fn reserved(&self) -> u64 {
         self.reserved.load(Ordering::Relaxed)
+    }
+
+    /// Times the pool has written this instance's lease afresh so far.
+    pub fn rewrites(&self) -> u64 {
+        self.rewrites.load(Ordering::Relaxed)
     }
 
     /// A visitor called from the shared line came in here: the pool raised this instance's
@@ -478,6 +487,7 @@ async fn round(
         Ok(lease) => {
             let rejoined = standing.leased(Instant::now(), &lease) == Some(Switch::Rejoined);
             if lease.rejoined {
+                slots.rewrites.fetch_add(1, Ordering::Relaxed);
                 // The pool wrote the lease afresh (floor plus the grant) instead of applying
                 // the return: the count follows, keeping entries made meanwhile.
                 let was = believed - i64::from(returned);
@@ -538,9 +548,27 @@ async fn round(
     }
 }
 
-/// Runs right after every good lease round: slots the pool has free go to the head of the
-/// shared line (set aside in `reserved`) in the same rhythm as the leases.
+/// Runs right after every good lease round: entries whose answers were lost give their slots
+/// back, then slots the pool has free go to the head of the shared line (set aside in
+/// `reserved`) in the same rhythm as the leases.
 async fn after_lease(cluster: &Cluster, cap: u32) {
+    // Here, in the lease task, so no rewrite of the lease can come between the check of the
+    // count of rewrites and the undo.
+    let unanswered = cluster.line.take_unanswered(cluster.slots.rewrites());
+    if !unanswered.is_empty() {
+        match super::line::undo(cluster, &unanswered).await {
+            Ok(undone) => {
+                if undone > 0 {
+                    tracing::debug!(undone, "cluster: slots of unanswered entries given back");
+                }
+            }
+            // Taking an entry back twice is harmless (the first run removes its record), so
+            // an undo whose own answer is lost is simply sent again.
+            Err(_) => cluster
+                .line
+                .keep_unanswered(unanswered, cluster.slots.rewrites()),
+        }
+    }
     if let Err(error) = super::line::call(cluster, cap).await {
         tracing::debug!(%error, "calling the shared line failed");
     }

@@ -2,8 +2,9 @@
 -- no instance ever reads a figure, decides, and writes it back.
 --
 -- KEYS: 1 seq, 2 line, 3 seen, 4 called, 5 tickets, 6 per_address, 7 leases, 8 reserved,
---       9 polled, 10 stats, 11 instances (the lease script's members), 12 joined_at.
--- ARGV[1] names the operation: join, poll, arrive, call, leave or reap; the rest are its own.
+--       9 polled, 10 stats, 11 instances (the lease script's members), 12 joined_at, 13 entered.
+-- ARGV[1] names the operation: join, poll, arrive, call, leave, undo or reap; the rest are its
+-- own.
 -- Times are Redis TIME in milliseconds, so the instances' clocks never have to agree.
 --
 -- line: token -> seq (FIFO by seq). seen: token -> expiry base (a waiting ticket leaves once
@@ -11,10 +12,15 @@
 -- "address|issued|instance". per_address: address -> live tickets. polled: token -> last poll.
 -- stats: calls (visitors moved from the line to called), entered (called visitors let in).
 -- joined_at: instance -> tickets waiting in the line that joined through it (its share).
+-- entered: "instance|token" -> when that entry raised the instance's lease (kept a minute, so
+-- an instance that never heard the answer can take the slot back: `undo`).
 
 local seq, line, seen, called = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tickets, per_address, leases, reserved = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local polled, stats, instances, joined_at = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local entered = KEYS[13]
+-- How long an entry can still be taken back by its instance.
+local ENTRY_KEPT_MS = 60000
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -223,6 +229,7 @@ if op == 'arrive' then
     redis.call('ZREM', called, token)
     redis.call('HINCRBY', leases, instance, 1)
     redis.call('HINCRBY', stats, 'entered', 1)
+    redis.call('ZADD', entered, now, instance .. '|' .. token)
     forget(token)
     return {0}
   end
@@ -245,6 +252,7 @@ if op == 'call' then
   local instance = ARGV[6] or ''
   local now = now_ms()
   reap(now, ttl, limit)
+  redis.call('ZREMRANGEBYSCORE', entered, '-inf', now - ENTRY_KEPT_MS)
   local free = cap - leased() - reserved_now()
   local count = 0
   if free > 0 then
@@ -293,6 +301,22 @@ if op == 'leave' then
     end
   end
   return {from_line, from_called}
+end
+
+-- undo instance token...: entries whose answers `instance` never heard (the exchange timed
+-- out after the script ran). The instance let none of those visitors in on the slot, so each
+-- one the pool still counts goes back to it. -> {entries taken back}
+if op == 'undo' then
+  local instance = ARGV[2]
+  local undone = 0
+  for i = 3, #ARGV do
+    if redis.call('ZREM', entered, instance .. '|' .. ARGV[i]) == 1
+        and number(redis.call('HGET', leases, instance)) > 0 then
+      redis.call('HINCRBY', leases, instance, -1)
+      undone = undone + 1
+    end
+  end
+  return {undone}
 end
 
 -- reap ttl limit -> {expired, lapsed}
