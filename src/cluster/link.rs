@@ -1,6 +1,14 @@
 //! The connection to Redis and how well it is going: one multiplexed connection that reconnects
 //! by itself, a bound on every command, and the figures the health report, stats and the portal
 //! show (up or down, latency, errors).
+//!
+//! The client is the `redis` crate (redis-rs) rather than `fred`. Both are maintained, async on
+//! tokio and speak TLS through rustls. What the cluster needs is one multiplexed connection
+//! that reconnects by itself, one subscriber for the events channel, and Lua scripts sent by
+//! digest with the full text as a fallback: redis-rs has exactly those (`ConnectionManager`,
+//! `Script`, its async pub/sub) in a smaller dependency tree. fred's strengths, connection
+//! pools, Redis Cluster and Sentinel support and reconnect policies of its own, are machinery
+//! one connection to one server would leave unused.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
