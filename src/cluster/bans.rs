@@ -25,11 +25,10 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc};
 
 use super::Cluster;
-use super::events::Event;
+use super::messages::{Event, Record};
 use crate::abuse::{BanCause, FOREVER, SharedChange};
 use crate::app::App;
 
@@ -43,29 +42,6 @@ pub const STRIKE_QUEUE: usize = 8192;
 /// How often unwritten changes are retried and ended records cleaned.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 const CLEAN_EVERY: Duration = Duration::from_secs(30);
-
-/// One client's or range's shared ban state, as stored in Redis and carried by messages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    /// Unix ms the ban ends; absent for a permanent ban and for a lift.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until: Option<i64>,
-    #[serde(default)]
-    pub permanent: bool,
-    #[serde(default)]
-    pub offenses: u32,
-    /// `strikes`, `ban_path` or `operator`.
-    #[serde(default)]
-    pub cause: String,
-    /// The ban was lifted.
-    #[serde(default)]
-    pub lifted: bool,
-    /// Unix ms of the change: of two records of one client, the later wins.
-    pub at: i64,
-    /// The instance that made the change.
-    #[serde(default)]
-    pub from: String,
-}
 
 impl Record {
     /// The ban's end in the registry's unix nanos, when this is a ban.

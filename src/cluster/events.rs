@@ -12,10 +12,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
 
 use super::Cluster;
-use super::bans::Record;
+use super::messages::{Event, Unreadable, read};
 use crate::app::App;
 
 /// First wait before subscribing again after a failure; it doubles up to [`MAX_BACKOFF`].
@@ -24,37 +23,6 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often a quiet subscription is checked with a ping, so a connection that died without
 /// closing is noticed.
 pub const PING_EVERY: Duration = Duration::from_secs(5);
-/// Larger messages are not ours.
-const MAX_MESSAGE: usize = 64 * 1024;
-
-/// A message on the events channel.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Event {
-    /// A ban or lift of one client (`range: false`) or range, as stored in Redis.
-    Ban {
-        from: String,
-        client: String,
-        range: bool,
-        record: Record,
-    },
-    /// The shared settings were written; their version.
-    Settings { from: String, version: u64 },
-}
-
-impl Event {
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-
-    /// The instance that sent it.
-    pub fn from(&self) -> &str {
-        match self {
-            Event::Ban { from, .. } | Event::Settings { from, .. } => from,
-        }
-    }
-}
-
 /// How the subscription is doing.
 #[derive(Debug, Default)]
 pub struct EventsHealth {
@@ -72,19 +40,6 @@ impl EventsHealth {
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
     }
-}
-
-/// A message that is not one of ours: not JSON, an unknown kind, or too large.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unreadable;
-
-/// What a message asks of this instance; `None` for one it sent itself.
-pub fn read(payload: &[u8], own_id: &str) -> Result<Option<Event>, Unreadable> {
-    if payload.len() > MAX_MESSAGE {
-        return Err(Unreadable);
-    }
-    let event: Event = serde_json::from_slice(payload).map_err(|_| Unreadable)?;
-    Ok((event.from() != own_id).then_some(event))
 }
 
 /// Subscribes, catches up, and applies messages until the app is gone; reconnects with backoff.
@@ -197,32 +152,5 @@ pub(crate) async fn handle(app: &App, cluster: &Cluster, payload: &[u8]) {
                 tracing::warn!("cluster: cannot read the shared settings: {error}");
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn own_foreign_and_garbage_messages_are_told_apart() {
-        let event = Event::Settings {
-            from: "a".into(),
-            version: 3,
-        };
-        let text = event.to_json();
-        assert_eq!(text, r#"{"kind":"settings","from":"a","version":3}"#);
-        assert_eq!(read(text.as_bytes(), "a"), Ok(None));
-        assert_eq!(read(text.as_bytes(), "b"), Ok(Some(event)));
-        for garbage in [
-            &b"not json"[..],
-            b"{}",
-            br#"{"kind":"reboot","from":"x"}"#,
-            br#"{"kind":"ban","from":"x","client":"1.2.3.4"}"#,
-            b"\xff\xfe",
-        ] {
-            assert_eq!(read(garbage, "b"), Err(Unreadable), "{garbage:?}");
-        }
-        assert_eq!(read(&vec![b' '; MAX_MESSAGE + 1], "b"), Err(Unreadable));
     }
 }

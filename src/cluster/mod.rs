@@ -9,6 +9,7 @@
 //!
 //! - `keys`: the names of the shared keys, under `concert:{<cluster-name>}:`;
 //! - `link`: the connection, its timeouts and its health figures;
+//! - `messages`: what goes on that channel, and the ban record stored for each client;
 //! - `events`: the channel every instance hears the others' ban and settings changes on;
 //! - `bans`: one ban list and one strike count;
 //! - `settings`: one set of live settings;
@@ -23,6 +24,7 @@ pub mod health;
 pub mod keys;
 pub mod line;
 pub mod link;
+pub mod messages;
 pub mod settings;
 pub mod slots;
 
