@@ -77,21 +77,38 @@ local function unreserve()
   end
 end
 
+-- A waiting ticket leaves the line for good (expired, shed or given up). True if it was there.
+local function drop_waiting(token)
+  local was_there = redis.call('ZREM', line, token) == 1
+  redis.call('ZREM', seen, token)
+  if was_there then
+    out_of_line(token)
+  end
+  forget(token)
+  return was_there
+end
+
+-- A called ticket leaves the called set (lapsed or given up) and its reserved slot returns to
+-- the pool. True if it was there.
+local function drop_call(token)
+  if redis.call('ZREM', called, token) == 0 then
+    return false
+  end
+  forget(token)
+  unreserve()
+  return true
+end
+
 -- Waiting tickets unseen for the lifetime leave the line; called tickets past their deadline
 -- leave and their reserved slot returns to the pool. At most `limit` of each per run.
 local function reap(now, ttl, limit)
   local expired = redis.call('ZRANGEBYSCORE', seen, '-inf', now - ttl, 'LIMIT', 0, limit)
   for _, token in ipairs(expired) do
-    redis.call('ZREM', line, token)
-    redis.call('ZREM', seen, token)
-    out_of_line(token)
-    forget(token)
+    drop_waiting(token)
   end
   local lapsed = redis.call('ZRANGEBYSCORE', called, '-inf', now, 'LIMIT', 0, limit)
   for _, token in ipairs(lapsed) do
-    redis.call('ZREM', called, token)
-    forget(token)
-    unreserve()
+    drop_call(token)
   end
   return #expired, #lapsed
 end
@@ -108,10 +125,7 @@ end
 local function expired(token, now, ttl)
   local score = redis.call('ZSCORE', seen, token)
   if score and tonumber(score) <= now - ttl then
-    redis.call('ZREM', line, token)
-    redis.call('ZREM', seen, token)
-    out_of_line(token)
-    forget(token)
+    drop_waiting(token)
     return true
   end
   return false
@@ -140,10 +154,7 @@ if op == 'join' then
     local shed = false
     if grace > 0 and grace < ttl and #oldest == 2
         and tonumber(oldest[2]) <= now - ttl + grace - proof then
-      redis.call('ZREM', line, oldest[1])
-      redis.call('ZREM', seen, oldest[1])
-      out_of_line(oldest[1])
-      forget(oldest[1])
+      drop_waiting(oldest[1])
       shed = true
     end
     if not shed then
@@ -177,9 +188,7 @@ if op == 'poll' then
     if tonumber(deadline) > now then
       return {0}
     end
-    redis.call('ZREM', called, token)
-    forget(token)
-    unreserve()
+    drop_call(token)
     return {-1}
   end
   if expired(token, now, ttl) then
@@ -208,9 +217,7 @@ if op == 'arrive' then
   local deadline = redis.call('ZSCORE', called, token)
   if deadline then
     if tonumber(deadline) <= now then
-      redis.call('ZREM', called, token)
-      forget(token)
-      unreserve()
+      drop_call(token)
       return {-1}
     end
     -- Only an instance the pool holds a lease for takes a slot: its lease script may be about
@@ -289,14 +296,9 @@ if op == 'leave' then
   local from_line, from_called = 0, 0
   for i = 2, #ARGV do
     local token = ARGV[i]
-    if redis.call('ZREM', called, token) == 1 then
-      forget(token)
-      unreserve()
+    if drop_call(token) then
       from_called = from_called + 1
-    elseif redis.call('ZREM', line, token) == 1 then
-      redis.call('ZREM', seen, token)
-      out_of_line(token)
-      forget(token)
+    elseif drop_waiting(token) then
       from_line = from_line + 1
     end
   end
