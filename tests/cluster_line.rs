@@ -292,6 +292,26 @@ async fn status(client: &reqwest::Client, running: &concert::Running) -> serde_j
     json_of(client.get(url(running, "/queue/status"))).await
 }
 
+/// Polls `/queue/status` through `running` a little over once a second (past the poll
+/// throttle, as the waiting page does), at most `polls` times, until `done` holds for the
+/// answer; returns the last answer.
+async fn poll_until(
+    client: &reqwest::Client,
+    running: &concert::Running,
+    polls: usize,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut answer = serde_json::Value::Null;
+    for _ in 0..polls {
+        tokio::time::sleep(Duration::from_millis(1_050)).await;
+        answer = status(client, running).await;
+        if done(&answer) {
+            break;
+        }
+    }
+    answer
+}
+
 /// Queues a new cookie-keeping API client at `path` through `running`.
 async fn queue(running: &concert::Running, path: &str) -> reqwest::Client {
     let client = cookie_client();
@@ -336,15 +356,11 @@ async fn a_visitor_queued_on_a_keeps_the_place_polled_through_b_and_enters_throu
     assert!(body.contains(r#"id="position">002<"#), "{body}");
     origin.release(1);
     holder.await.unwrap();
-    let mut ready = false;
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_millis(1_050)).await;
-        if status(&visitor, &b).await["ready"] == true {
-            ready = true;
-            break;
-        }
-    }
-    assert!(ready, "the visitor was never called");
+    let polled = poll_until(&visitor, &b, 10, |answer| answer["ready"] == true).await;
+    assert_eq!(
+        polled["ready"], true,
+        "the visitor was never called: {polled}"
+    );
     let admitted_on_b = b.app.room.stats().admitted_total;
     let entry = tokio::spawn({
         let target = url(&b, "/mine");
@@ -441,15 +457,11 @@ async fn an_abandoned_ticket_expires_and_frees_its_place() {
     let kept = queue(b, "/kept").await;
     assert_eq!(status(&kept, a).await["position"], 2);
     // Kept alive by its polls; the abandoned ticket never polls again and runs out.
-    let mut position = 2;
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(1_050)).await;
-        position = status(&kept, b).await["position"].as_u64().unwrap_or(0);
-        if position == 1 {
-            break;
-        }
-    }
-    assert_eq!(position, 1, "the abandoned place was never freed");
+    let polled = poll_until(&kept, b, 6, |answer| answer["position"] == 1).await;
+    assert_eq!(
+        polled["position"], 1,
+        "the abandoned place was never freed: {polled}"
+    );
     origin.release(2);
     holder.await.unwrap();
 }
@@ -841,15 +853,11 @@ async fn a_banned_visitor_gives_up_the_shared_place_at_its_next_request() {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     let notice = refused.text().await.unwrap();
     assert!(notice.contains("blocked"), "{notice}");
-    let mut position = 2;
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_millis(1_050)).await;
-        position = status(&second, &b).await["position"].as_u64().unwrap_or(0);
-        if position == 1 {
-            break;
-        }
-    }
-    assert_eq!(position, 1, "the banned visitor's place was kept");
+    let polled = poll_until(&second, &b, 10, |answer| answer["position"] == 1).await;
+    assert_eq!(
+        polled["position"], 1,
+        "the banned visitor's place was kept: {polled}"
+    );
     assert!(
         eventually(Duration::from_secs(2), || cluster.line.joined_here() == 0).await,
         "A's share of the line dropped with the place"
@@ -857,15 +865,11 @@ async fn a_banned_visitor_gives_up_the_shared_place_at_its_next_request() {
     // When the slot frees, the patient visitor is called, not the banned one.
     origin.release(1);
     holder.await.unwrap();
-    let mut ready = false;
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_millis(1_050)).await;
-        if status(&second, &a).await["ready"] == true {
-            ready = true;
-            break;
-        }
-    }
-    assert!(ready, "the next visitor was never called");
+    let polled = poll_until(&second, &a, 10, |answer| answer["ready"] == true).await;
+    assert_eq!(
+        polled["ready"], true,
+        "the next visitor was never called: {polled}"
+    );
 }
 
 /// An instance whose `arrive` got no answer takes the entry back: if the script ran, the slot
