@@ -188,6 +188,9 @@ async fn serve_plain_requests(
                     Head::Other(taken) => return hand_over(taken, buf, served),
                 }
             }
+            if buf.is_empty() {
+                crate::wire::buffers::rewind(&mut buf, READ_CHUNK);
+            }
             if buf.capacity() - buf.len() < READ_CHUNK / 4 {
                 buf.reserve(READ_CHUNK);
             }

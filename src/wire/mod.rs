@@ -3,6 +3,7 @@
 //! taken in whole).
 
 pub(crate) mod body;
+pub(crate) mod buffers;
 pub(crate) mod client_body;
 pub(crate) mod codec;
 pub(crate) mod intake;

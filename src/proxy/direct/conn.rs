@@ -105,6 +105,9 @@ impl OriginConn {
 
     /// Reads more of the response into the buffer; `Ok(0)` is the end of the stream.
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.is_empty() {
+            crate::wire::buffers::rewind(&mut self.buf, READ_RESERVE);
+        }
         if self.buf.capacity() - self.buf.len() < READ_RESERVE / 4 {
             self.buf.reserve(READ_RESERVE);
         }
