@@ -35,7 +35,7 @@ fn main() -> ExitCode {
     concert::sys::logging::init(config_is_json);
     // The main thread's runtime is the first serving worker; `run` starts the others, each on
     // a current-thread runtime of its own (see `server::serve_workers`).
-    let runtime = match concert::sys::core_turns::worker_runtime().build() {
+    let runtime = match concert::sys::runtime::worker_runtime().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("concert: cannot start the async runtime: {e}");

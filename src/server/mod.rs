@@ -41,8 +41,7 @@ pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// worker that accepted it from start to end, so a request never crosses threads and workers
 /// share nothing but the application state and their connection counts (which keep new
 /// connections spread between them): the way nginx's worker processes divide a machine,
-/// without a work-stealing scheduler's hand-offs between cores. Workers that the scheduler puts
-/// on one core take turns on it (see [`crate::sys::core_turns`]).
+/// without a work-stealing scheduler's hand-offs between cores (see [`crate::sys::runtime`]).
 pub(crate) async fn serve_workers(
     listener: TcpListener,
     app: Arc<App>,
@@ -68,7 +67,7 @@ pub(crate) async fn serve_workers(
             .name(format!("concert-w{index}"))
             .spawn(move || {
                 become_worker(index);
-                let served = crate::sys::core_turns::worker_runtime()
+                let served = crate::sys::runtime::worker_runtime()
                     .build()
                     .map_err(|e| ServeError::Task(format!("worker {index}: {e}")))
                     .and_then(|runtime| {
