@@ -7,7 +7,7 @@
 //! 204 and 304, `Connection: close` when the connection ends, a cached `Date`), so a client
 //! cannot tell which of the two answered.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
@@ -36,13 +36,37 @@ pub(super) enum Head {
     Other(Option<Bytes>),
 }
 
+/// Header maps emptied by writing an answer's head, kept for the worker's next requests, newest
+/// last. Kept per worker rather than per connection: the next request on this worker (on any
+/// connection) takes the map written last, whose memory is still in the cache, where one kept
+/// by each connection would have gone cold while the worker served the other connections.
+const SPARE_MAPS_KEPT: usize = 8;
+
+thread_local! {
+    static SPARE_MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty header map for a request: the worker's newest spare one, or a new one.
+fn spare_map() -> HeaderMap {
+    SPARE_MAPS.with_borrow_mut(Vec::pop).unwrap_or_default()
+}
+
+/// Keeps `map`, emptied by [`write_response_head`], for a later request on this worker. A map
+/// that still holds anything is dropped: an answer's headers must never reach a request.
+pub(super) fn keep_spare_map(map: HeaderMap) {
+    if !map.is_empty() {
+        return;
+    }
+    SPARE_MAPS.with_borrow_mut(|maps| {
+        if maps.len() < SPARE_MAPS_KEPT {
+            maps.push(map);
+        }
+    });
+}
+
 /// Reads a request head at the front of `buf`. `names` is scratch space kept by the
-/// connection; `spare` a header map left from the last answer, reused for the request.
-pub(super) fn read_head(
-    buf: &mut BytesMut,
-    names: &mut Vec<(HeaderName, usize, usize)>,
-    spare: &mut Option<HeaderMap>,
-) -> Head {
+/// connection; the request's header map is a spare one left from an earlier answer.
+pub(super) fn read_head(buf: &mut BytesMut, names: &mut Vec<(HeaderName, usize, usize)>) -> Head {
     names.clear();
     let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut []);
@@ -91,7 +115,7 @@ pub(super) fn read_head(
     let Ok(uri) = Uri::from_maybe_shared(head.slice(path_range)) else {
         return Head::Other(Some(head));
     };
-    let mut headers = spare.take().unwrap_or_default();
+    let mut headers = spare_map();
     headers.reserve(names.len());
     for (name, start, end) in names.drain(..) {
         match HeaderValue::from_maybe_shared(head.slice(start..end)) {

@@ -34,8 +34,8 @@ use super::activity::ConnectionActivity;
 use super::connection::{ClientStream, deadline_stream, handle_recovering, serve_hyper};
 use super::deadline::IdleDeadline;
 use super::h1_head::{
-    BodyFraming, BodyLength, Head, InvalidHead, chunk_size_line, last_chunk, read_head,
-    write_response_head,
+    BodyFraming, BodyLength, Head, InvalidHead, chunk_size_line, keep_spare_map, last_chunk,
+    read_head, write_response_head,
 };
 use super::send_limit::StreamExecutor;
 use crate::app::App;
@@ -171,13 +171,12 @@ async fn serve_plain_requests(
     let mut stop_registered = false;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut names = Vec::new();
-    let mut spare_headers: Option<HeaderMap> = None;
     let mut out = Vec::new();
     let mut served = 0u64;
     loop {
         let (request, keep_alive) = loop {
             if !buf.is_empty() {
-                match read_head(&mut buf, &mut names, &mut spare_headers) {
+                match read_head(&mut buf, &mut names) {
                     Head::Plain {
                         request,
                         keep_alive,
@@ -250,15 +249,7 @@ async fn serve_plain_requests(
         };
         // The worker stopping while the request ran: this answer is the connection's last.
         let keep_alive = keep_alive && !stop_version.has_changed().unwrap_or(true);
-        let kept = write_response(
-            io,
-            &mut buf,
-            response,
-            keep_alive,
-            &mut out,
-            &mut spare_headers,
-        )
-        .await;
+        let kept = write_response(io, &mut buf, response, keep_alive, &mut out).await;
         drop(exchange);
         served += 1;
         match kept {
@@ -306,7 +297,6 @@ async fn write_response(
     response: Response<Body>,
     keep_alive: bool,
     out: &mut Vec<u8>,
-    spare_headers: &mut Option<HeaderMap>,
 ) -> io::Result<bool> {
     let (mut parts, mut body) = response.into_parts();
     let length = if body.is_end_stream() {
@@ -327,7 +317,7 @@ async fn write_response(
         out,
     );
     // Emptied by writing the head; its room serves the next request's headers.
-    *spare_headers = Some(parts.headers);
+    keep_spare_map(parts.headers);
     let written = match written {
         Ok(written) => written,
         // hyper drops such a connection without an answer.

@@ -36,9 +36,32 @@ fn chunk_size_lines_are_lowercase_hex() {
 fn read(bytes: &[u8]) -> (Head, BytesMut) {
     let mut buf = BytesMut::from(bytes);
     let mut names = Vec::new();
-    let mut spare = None;
-    let head = read_head(&mut buf, &mut names, &mut spare);
+    let head = read_head(&mut buf, &mut names);
     (head, buf)
+}
+
+fn plain_request(bytes: &[u8]) -> Request<()> {
+    match read(bytes).0 {
+        Head::Plain { request, .. } => request,
+        _ => panic!("not read as a plain request"),
+    }
+}
+
+#[test]
+fn a_request_takes_the_map_an_answer_left_and_never_a_map_still_holding_headers() {
+    let roomy = HeaderMap::with_capacity(40);
+    let room = roomy.capacity();
+    keep_spare_map(roomy);
+    let request = plain_request(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    assert!(request.headers().capacity() >= room);
+    assert_eq!(request.headers().len(), 1);
+
+    let mut not_emptied = HeaderMap::new();
+    not_emptied.insert("x-from-the-origin", HeaderValue::from_static("secret"));
+    keep_spare_map(not_emptied);
+    let request = plain_request(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    assert!(!request.headers().contains_key("x-from-the-origin"));
+    assert_eq!(request.headers().len(), 1);
 }
 
 #[test]
