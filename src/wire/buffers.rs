@@ -1,13 +1,52 @@
 //! Read buffers that stay in the cache.
 //!
-//! Each connection keeps one read buffer, and every request or answer read into it is split
-//! off the front and handed on. Left alone, the next read lands just past the last one, so over
-//! a few dozen requests a connection touches every line of its buffer, and a worker with
-//! hundreds of kept-alive connections (clients and origin alike) walks through more memory
-//! than the core's cache holds, on the same core as the origin. Reading each message from the
-//! front of the allocation instead keeps a connection to the few lines its messages need.
+//! Every request or answer read into a buffer is split off its front and handed on. Left
+//! alone, the next read lands just past the last one, so over a few dozen requests a
+//! connection touches every line of its buffer, and a worker with hundreds of kept-alive
+//! connections (clients and origin alike) walks through more memory than the core's cache
+//! holds, on the same core as the origin. So a client connection reads each request from the
+//! front of its buffer again ([`rewind`]), and an origin connection borrows a buffer from its
+//! worker's spares for each exchange ([`take_spare`], [`give_back`]).
+
+use std::cell::RefCell;
 
 use bytes::BytesMut;
+
+/// Spare read buffers a worker keeps for its origin exchanges, newest last.
+const SPARES_KEPT: usize = 16;
+
+thread_local! {
+    static SPARES: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Hands an emptied read buffer to this worker's spares, for whichever exchange reads next. A
+/// connection between exchanges then holds no buffer, and the next answer, on any connection,
+/// lands in the buffer used last, which is still in the cache: with one buffer per connection,
+/// a worker relaying large answers over many connections wrote each one into memory it had
+/// not touched since that connection's previous answer.
+pub(crate) fn give_back(buf: &mut BytesMut) {
+    if !buf.is_empty() || buf.capacity() == 0 {
+        return;
+    }
+    let buf = std::mem::take(buf);
+    SPARES.with_borrow_mut(|spares| {
+        if spares.len() < SPARES_KEPT {
+            spares.push(buf);
+        }
+    });
+}
+
+/// Gives `buf`, when it holds no buffer, this worker's newest spare one (rewound, see
+/// [`rewind`]); it stays without one when there is none.
+pub(crate) fn take_spare(buf: &mut BytesMut, room: usize) {
+    if buf.capacity() != 0 {
+        return;
+    }
+    if let Some(spare) = SPARES.with_borrow_mut(Vec::pop) {
+        *buf = spare;
+        rewind(buf, room);
+    }
+}
 
 /// Moves an empty `buf` back to the start of its allocation, when nothing read earlier still
 /// refers to it (those bytes may still be on their way out); `room` is the buffer's usual size.
@@ -22,6 +61,32 @@ pub(crate) fn rewind(buf: &mut BytesMut, room: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_given_back_buffer_serves_the_next_exchange_from_its_front() {
+        let mut first = BytesMut::with_capacity(2048);
+        let start = first.as_ptr();
+        first.extend_from_slice(&[b'x'; 500]);
+        drop(first.split_to(500));
+        give_back(&mut first);
+        assert_eq!(first.capacity(), 0);
+        let mut next = BytesMut::new();
+        take_spare(&mut next, 2048);
+        assert_eq!(next.as_ptr(), start);
+        assert!(next.capacity() >= 2048);
+        // Nothing spare left: the next one stays without a buffer, to be made as before.
+        let mut other = BytesMut::new();
+        take_spare(&mut other, 2048);
+        assert_eq!(other.capacity(), 0);
+    }
+
+    #[test]
+    fn a_buffer_holding_bytes_is_not_given_back() {
+        let mut buf = BytesMut::with_capacity(64);
+        buf.extend_from_slice(b"left over");
+        give_back(&mut buf);
+        assert_eq!(&buf[..], b"left over");
+    }
 
     #[test]
     fn an_emptied_buffer_reads_from_its_front_again() {

@@ -20,10 +20,11 @@ use crate::proxy::error::FailureCounts;
 use crate::proxy::idle::IdleList;
 use crate::proxy::pool::{PoolLimits, connect_tcp};
 use crate::sys::moving_timer::MovingTimer;
+use crate::wire::buffers;
 use crate::wire::limits::MAX_RESPONSE_HEAD_BYTES;
 
 /// Free space made in the read buffer before each read.
-const READ_RESERVE: usize = 16 * 1024;
+const READ_RESERVE: usize = 32 * 1024;
 
 /// One keep-alive connection to the origin and the bytes read from it but not yet used.
 pub(in crate::proxy) struct OriginConn {
@@ -106,7 +107,8 @@ impl OriginConn {
     /// Reads more of the response into the buffer; `Ok(0)` is the end of the stream.
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.buf.is_empty() {
-            crate::wire::buffers::rewind(&mut self.buf, READ_RESERVE);
+            buffers::take_spare(&mut self.buf, READ_RESERVE);
+            buffers::rewind(&mut self.buf, READ_RESERVE);
         }
         if self.buf.capacity() - self.buf.len() < READ_RESERVE / 4 {
             self.buf.reserve(READ_RESERVE);
@@ -192,7 +194,8 @@ impl DirectPool {
     }
 
     /// Takes a connection back after a complete exchange; beyond the idle cap it is closed.
-    pub(super) fn put_back(&self, conn: OriginConn) {
+    pub(super) fn put_back(&self, mut conn: OriginConn) {
+        buffers::give_back(&mut conn.buf);
         self.idle.push(conn);
     }
 
