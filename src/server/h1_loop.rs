@@ -187,12 +187,7 @@ async fn serve_plain_requests(
                     Head::Other(taken) => return hand_over(taken, buf, served),
                 }
             }
-            if buf.is_empty() {
-                crate::wire::buffers::rewind(&mut buf, READ_CHUNK);
-            }
-            if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-                buf.reserve(READ_CHUNK);
-            }
+            crate::wire::buffers::make_room(&mut buf, READ_CHUNK);
             let read = std::future::poll_fn(|cx| {
                 if let Poll::Ready(read) =
                     tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, &mut buf)

@@ -5,7 +5,7 @@
 //! connection touches every line of its buffer, and a worker with hundreds of kept-alive
 //! connections (clients and origin alike) walks through more memory than the core's cache
 //! holds, on the same core as the origin. So a client connection reads each request from the
-//! front of its buffer again ([`rewind`]), and an origin connection borrows a buffer from its
+//! front of its buffer again ([`make_room`]), and an origin connection borrows a buffer from its
 //! worker's spares for each exchange ([`take_spare`], [`give_back`]).
 
 use std::cell::RefCell;
@@ -36,23 +36,33 @@ pub(crate) fn give_back(buf: &mut BytesMut) {
     });
 }
 
-/// Gives `buf`, when it holds no buffer, this worker's newest spare one (rewound, see
-/// [`rewind`]); it stays without one when there is none.
-pub(crate) fn take_spare(buf: &mut BytesMut, room: usize) {
+/// Gives `buf`, when it holds no buffer, this worker's newest spare one; it stays without one
+/// when there is none ([`make_room`] then makes one).
+pub(crate) fn take_spare(buf: &mut BytesMut) {
     if buf.capacity() != 0 {
         return;
     }
     if let Some(spare) = SPARES.with_borrow_mut(Vec::pop) {
         *buf = spare;
+    }
+}
+
+/// Makes room in `buf` for the next read, `room` being the buffer's usual size: an empty one
+/// starts again at its front ([`rewind`]), and one with less than a quarter of `room` left
+/// grows by `room`.
+pub(crate) fn make_room(buf: &mut BytesMut, room: usize) {
+    if buf.is_empty() {
         rewind(buf, room);
+    }
+    if buf.capacity() - buf.len() < room / 4 {
+        buf.reserve(room);
     }
 }
 
 /// Moves an empty `buf` back to the start of its allocation, when nothing read earlier still
-/// refers to it (those bytes may still be on their way out); `room` is the buffer's usual size.
-/// Costs no allocation and no copy: a buffer still shared is left as it is.
-pub(crate) fn rewind(buf: &mut BytesMut, room: usize) {
-    debug_assert!(buf.is_empty());
+/// refers to it (those bytes may still be on their way out). Costs no allocation and no copy: a
+/// buffer still shared is left as it is.
+fn rewind(buf: &mut BytesMut, room: usize) {
     // With less than `room` spare, `try_reclaim` takes the allocation back when this handle is
     // its only owner, and an empty handle then starts at its front; otherwise it does nothing.
     let _ = buf.try_reclaim(room);
@@ -71,12 +81,13 @@ mod tests {
         give_back(&mut first);
         assert_eq!(first.capacity(), 0);
         let mut next = BytesMut::new();
-        take_spare(&mut next, 2048);
+        take_spare(&mut next);
+        make_room(&mut next, 2048);
         assert_eq!(next.as_ptr(), start);
         assert!(next.capacity() >= 2048);
         // Nothing spare left: the next one stays without a buffer, to be made as before.
         let mut other = BytesMut::new();
-        take_spare(&mut other, 2048);
+        take_spare(&mut other);
         assert_eq!(other.capacity(), 0);
     }
 

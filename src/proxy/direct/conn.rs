@@ -106,13 +106,8 @@ impl OriginConn {
 
     /// Reads more of the response into the buffer; `Ok(0)` is the end of the stream.
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.buf.is_empty() {
-            buffers::take_spare(&mut self.buf, READ_RESERVE);
-            buffers::rewind(&mut self.buf, READ_RESERVE);
-        }
-        if self.buf.capacity() - self.buf.len() < READ_RESERVE / 4 {
-            self.buf.reserve(READ_RESERVE);
-        }
+        buffers::take_spare(&mut self.buf);
+        buffers::make_room(&mut self.buf, READ_RESERVE);
         // Through `AsyncRead` rather than `try_read_buf`: a read that leaves room in the buffer
         // tells tokio the socket is drained, so the idle probe in `is_usable` is answered from
         // the readiness tokio already holds instead of a `recvfrom` that fails with EAGAIN.
